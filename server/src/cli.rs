@@ -1,0 +1,135 @@
+//! The `partyflow` command line: `serve`, `migrate`, `space create`, `user create`.
+
+use std::io::Read as _;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::domain::{Plan, Role};
+use crate::{admin, startup, storage, telemetry};
+
+#[derive(Parser)]
+#[command(name = "partyflow", version, about = "PartyFlow Hooks: the webhook platform of PartyFlow")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the console, the REST API and incoming hooks; run the dispatch engine.
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Manage spaces (tenants).
+    Space {
+        #[command(subcommand)]
+        command: SpaceCommand,
+    },
+    /// Manage console users.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SpaceCommand {
+    /// Create a space and its first API key; prints JSON `{"id", "apiKey"}`.
+    Create {
+        name: String,
+        #[arg(long, default_value = "free")]
+        plan: Plan,
+    },
+}
+
+#[derive(Subcommand)]
+enum UserCommand {
+    /// Create a console user; the password is read from standard input.
+    Create {
+        email: String,
+        #[arg(long)]
+        role: Role,
+    },
+}
+
+impl clap::ValueEnum for Plan {
+    fn value_variants<'a>() -> &'a [Self] {
+        Plan::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
+    }
+}
+
+impl clap::ValueEnum for Role {
+    fn value_variants<'a>() -> &'a [Self] {
+        Role::ALL
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init(config.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command, config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, config: Config) -> anyhow::Result<()> {
+    match command {
+        Command::Serve => startup::serve(config).await,
+        Command::Migrate => {
+            let store = storage::connect(&config.database_url).await?;
+            store.migrate().await.context("applying migrations")?;
+            eprintln!("migrations applied");
+            Ok(())
+        }
+        Command::Space { command: SpaceCommand::Create { name, plan } } => {
+            let store = open(&config).await?;
+            let created = admin::create_space(store.as_ref(), &name, plan).await?;
+            println!("{}", serde_json::json!({ "id": created.space.id, "apiKey": created.api_key }));
+            Ok(())
+        }
+        Command::User { command: UserCommand::Create { email, role } } => {
+            let mut password = String::new();
+            std::io::stdin()
+                .read_to_string(&mut password)
+                .context("reading the password from standard input")?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            let store = open(&config).await?;
+            let user = admin::create_user(store.as_ref(), &email, password, role).await?;
+            println!("{}", serde_json::json!({ "id": user.id, "email": user.email, "role": user.role }));
+            Ok(())
+        }
+    }
+}
+
+async fn open(config: &Config) -> anyhow::Result<std::sync::Arc<dyn storage::Storage>> {
+    let store = storage::connect(&config.database_url).await?;
+    store.migrate().await.context("applying migrations")?;
+    Ok(store)
+}

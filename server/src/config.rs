@@ -1,0 +1,94 @@
+//! Settings: built-in defaults, then a TOML file (`PARTYFLOW_CONFIG`, default
+//! `partyflow.toml` when present), then `PARTYFLOW_*` environment variables.
+//! SPEC §8 names the stable variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// `sqlite://…` or `postgres://…`.
+    pub database_url: String,
+    /// Address of the console, the REST API and incoming hooks.
+    pub listen: SocketAddr,
+    /// Comma-separated CIDRs destinations may reach despite SSRF protection.
+    pub allow_networks: String,
+    /// Folder holding the console's `pkg/` (wasm, JS, CSS).
+    pub site_root: PathBuf,
+    /// `pretty` for people, `json` for log collectors.
+    pub log_format: LogFormat,
+    /// Console sessions end after this long without activity.
+    pub session_idle_minutes: i64,
+    /// Largest request body accepted by the API and incoming hooks.
+    pub max_body_bytes: usize,
+    /// Mark session cookies `Secure` (set when serving over HTTPS).
+    pub secure_cookies: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Pretty,
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            database_url: "sqlite://data/partyflow.db".into(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
+            allow_networks: String::new(),
+            site_root: PathBuf::from("site"),
+            log_format: LogFormat::Pretty,
+            session_idle_minutes: 12 * 60,
+            max_body_bytes: 1024 * 1024,
+            secure_cookies: false,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the configuration from the file and the process environment.
+    pub fn load() -> anyhow::Result<Self> {
+        let file = std::env::var("PARTYFLOW_CONFIG").unwrap_or_else(|_| "partyflow.toml".into());
+        Self::figment(&file).extract().map_err(|e| anyhow::anyhow!("configuration: {e}"))
+    }
+
+    fn figment(file: &str) -> Figment {
+        Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::file(file))
+            .merge(Env::prefixed("PARTYFLOW_").ignore(&["config"]).split("__"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environment_overrides_file_overrides_defaults() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("pf.toml", "listen = \"127.0.0.1:4000\"\nallow_networks = \"10.0.0.0/8\"")?;
+            jail.set_env("PARTYFLOW_ALLOW_NETWORKS", "127.0.0.0/8,::1/128");
+            let config: Config = Config::figment("pf.toml").extract()?;
+            assert_eq!(config.listen.port(), 4000);
+            assert_eq!(config.allow_networks, "127.0.0.0/8,::1/128");
+            assert_eq!(config.database_url, "sqlite://data/partyflow.db");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn an_unknown_setting_is_an_error_not_ignored() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("pf.toml", "lisen = \"127.0.0.1:4000\"")?;
+            assert!(Config::figment("pf.toml").extract::<Config>().is_err());
+            Ok(())
+        });
+    }
+}

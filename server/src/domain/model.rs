@@ -1,0 +1,217 @@
+//! The records of the domain (SPEC §1) as the rest of the server sees them.
+//! Storage converts its rows into these; nothing here knows about SQL.
+
+use serde_json::Value;
+
+use super::*;
+
+/// Milliseconds since the Unix epoch; the one time representation in storage.
+pub type UnixMs = i64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Space {
+    pub id: SpaceId,
+    pub name: String,
+    pub plan: Plan,
+    pub created_at: UnixMs,
+}
+
+/// An API key without its secret; only its hash is stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub id: ApiKeyId,
+    pub space_id: SpaceId,
+    pub name: String,
+    /// The first characters of the key, shown so people can tell keys apart.
+    pub prefix: String,
+    pub created_at: UnixMs,
+    pub last_used_at: Option<UnixMs>,
+    pub revoked_at: Option<UnixMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Channel {
+    pub id: ChannelId,
+    pub space_id: SpaceId,
+    pub name: String,
+    pub created_at: UnixMs,
+}
+
+string_enum!(
+    /// Who posted a message.
+    MessageSourceKind, "message source" { IncomingWebhook = "incoming_webhook", Bot = "bot", Api = "api" }
+);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub id: MessageId,
+    pub space_id: SpaceId,
+    pub channel_id: ChannelId,
+    pub text: String,
+    pub attachments: Option<Value>,
+    pub source_kind: MessageSourceKind,
+    pub source_id: Option<String>,
+    pub created_at: UnixMs,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub id: EventId,
+    pub space_id: SpaceId,
+    pub event_type: String,
+    pub payload: Value,
+    pub created_at: UnixMs,
+}
+
+string_enum!(
+    /// The window of a destination's own rate limit.
+    RatePeriod, "rate limit period" { Second = "second", Minute = "minute", Hour = "hour" }
+);
+
+impl RatePeriod {
+    pub fn as_millis(self) -> i64 {
+        match self {
+            RatePeriod::Second => 1_000,
+            RatePeriod::Minute => 60_000,
+            RatePeriod::Hour => 3_600_000,
+        }
+    }
+}
+
+/// A destination's own send limit: at most `count` requests per `period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RateLimit {
+    pub count: u32,
+    pub period: RatePeriod,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Destination {
+    pub id: DestinationId,
+    pub space_id: SpaceId,
+    pub url: String,
+    pub description: String,
+    /// `None` subscribes to every event type.
+    pub event_types: Option<Vec<String>>,
+    pub secret: String,
+    pub previous_secret: Option<String>,
+    pub previous_secret_expires_at: Option<UnixMs>,
+    pub rate_limit: Option<RateLimit>,
+    pub max_attempts: i64,
+    pub timeout_seconds: i64,
+    /// The destination's retry policy as given (`{"preset": …, overrides}`).
+    pub retry_policy: Value,
+    pub transformation: Option<String>,
+    pub status: DestinationStatus,
+    pub consecutive_dead_letters: i64,
+    pub skipped_events: i64,
+    pub disabled_reason: Option<String>,
+    pub created_at: UnixMs,
+    pub updated_at: UnixMs,
+}
+
+impl Destination {
+    /// Whether an event of `event_type` goes to this destination (status aside).
+    pub fn subscribes_to(&self, event_type: &str) -> bool {
+        match &self.event_types {
+            None => true,
+            Some(types) => types.iter().any(|t| t == event_type || t == "*"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub id: DeliveryId,
+    pub space_id: SpaceId,
+    pub event_id: EventId,
+    pub destination_id: DestinationId,
+    pub event_type: String,
+    pub status: DeliveryStatus,
+    /// Waiting, but held because its destination is inactive (SPEC D6).
+    pub paused: bool,
+    pub attempts: i64,
+    pub next_attempt_at: Option<UnixMs>,
+    pub lease_expires_at: Option<UnixMs>,
+    pub last_error_class: Option<ErrorClass>,
+    pub last_status_code: Option<i64>,
+    pub resent_from: Option<DeliveryId>,
+    pub resent_as: Option<DeliveryId>,
+    pub created_at: UnixMs,
+    pub updated_at: UnixMs,
+    pub finished_at: Option<UnixMs>,
+}
+
+impl Delivery {
+    /// The Standard Webhooks `webhook-id`: the event's ID, so it is stable across retries and resends.
+    pub fn webhook_id(&self) -> String {
+        self.event_id.to_string()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Attempt {
+    pub id: AttemptId,
+    pub delivery_id: DeliveryId,
+    pub space_id: SpaceId,
+    pub attempt_number: i64,
+    pub started_at: UnixMs,
+    pub duration_ms: i64,
+    pub request_url: String,
+    pub request_headers: Value,
+    pub request_body: String,
+    pub response_status: Option<i64>,
+    pub response_headers: Option<Value>,
+    pub response_body: Option<String>,
+    pub error_class: Option<ErrorClass>,
+    pub error_message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncomingWebhook {
+    pub id: IncomingWebhookId,
+    pub space_id: SpaceId,
+    pub channel_id: ChannelId,
+    pub name: String,
+    pub token_hash: String,
+    pub signing_secret: Option<String>,
+    pub status: IncomingWebhookStatus,
+    pub consecutive_failures: i64,
+    pub created_at: UnixMs,
+    pub updated_at: UnixMs,
+    pub disabled_at: Option<UnixMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bot {
+    pub id: BotId,
+    pub space_id: SpaceId,
+    pub name: String,
+    pub token_hash: String,
+    pub created_at: UnixMs,
+    pub revoked_at: Option<UnixMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub id: UserId,
+    pub email: String,
+    pub password_hash: String,
+    pub role: Role,
+    pub created_at: UnixMs,
+    pub disabled_at: Option<UnixMs>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    pub id: NotificationId,
+    pub space_id: Option<SpaceId>,
+    /// e.g. `destination.disabled`, `incoming_webhook.disabled`.
+    pub kind: String,
+    /// What it is about, so the console can link to it: `destination`, `incoming_webhook`, …
+    pub subject_kind: Option<String>,
+    pub subject_id: Option<String>,
+    pub message: String,
+    pub created_at: UnixMs,
+    pub read_at: Option<UnixMs>,
+}

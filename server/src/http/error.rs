@@ -1,0 +1,64 @@
+//! The API's one error type: every failure answers JSON `{"code", "message"}` with
+//! the right status. Internal causes are logged once here and never shown.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::storage::StorageError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{message}")]
+    Invalid { code: &'static str, message: String },
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::Invalid { code, message: message.into() }
+    }
+
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
+            ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl From<StorageError> for ApiError {
+    fn from(err: StorageError) -> Self {
+        match err {
+            StorageError::NotFound => ApiError::NotFound("not found".into()),
+            StorageError::Conflict(msg) => ApiError::Conflict { code: "conflict", message: msg },
+            other => ApiError::Internal(other.into()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let ApiError::Internal(cause) = &self {
+            tracing::error!(error = ?cause, "request failed");
+        }
+        let body = serde_json::json!({ "code": code, "message": self.to_string() });
+        (status, Json(body)).into_response()
+    }
+}
+
+/// An answer for paths no route knows.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("no such endpoint".into())
+}

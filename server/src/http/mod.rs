@@ -1,0 +1,38 @@
+//! The HTTP surface apart from the console: health and readiness, and the REST API.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::startup::AppState;
+
+pub mod error;
+pub mod v1;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .nest("/v1", v1::router())
+}
+
+/// The process is up.
+async fn healthz() -> impl IntoResponse {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// The process can serve: its database answers.
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match state.storage.ping().await {
+        Ok(()) => (StatusCode::OK, Json(serde_json::json!({ "status": "ready" }))),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check: database unreachable");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(serde_json::json!({ "status": "unavailable", "reason": "database unreachable" })),
+            )
+        }
+    }
+}

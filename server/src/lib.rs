@@ -1,0 +1,23 @@
+//! PartyFlow Hooks server: ingest, the dispatch engine, the REST API and the console.
+//!
+//! # Layout
+//! - [`domain`]: IDs, records and the closed sets of values (statuses, error classes, plans).
+//! - [`storage`]: the [`storage::Storage`] trait and its SQLite and PostgreSQL implementations.
+//! - [`auth`]: password hashing and the secrets we hand out (API keys, tokens).
+//! - [`config`]: settings from the defaults, a TOML file and `PARTYFLOW_*` variables.
+//! - [`http`]: the axum routers: health, the REST API (`http::v1`), and the JSON error type.
+//! - [`console`]: what the Leptos console needs from the server (sessions, the console port).
+//! - [`startup`]: wires it all together and serves until a shutdown signal.
+//! - [`cli`]: the `partyflow` command line.
+
+pub mod admin;
+pub mod auth;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod console;
+pub mod domain;
+pub mod http;
+pub mod startup;
+pub mod storage;
+pub mod telemetry;

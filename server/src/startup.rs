@@ -1,0 +1,140 @@
+//! Wires the server together: storage, sessions, the console, the API, and
+//! graceful shutdown on SIGTERM/SIGINT.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use app::port::SharedBackend;
+use axum::Router;
+use leptos::prelude::*;
+use leptos_axum::{generate_route_list, LeptosRoutes};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+
+use crate::config::Config;
+use crate::console::{self, sessions::AnyStore};
+use crate::http;
+use crate::storage::{self, Storage};
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub storage: Arc<dyn Storage>,
+    pub console: SharedBackend,
+    pub leptos_options: LeptosOptions,
+    pub config: Arc<Config>,
+}
+
+impl axum::extract::FromRef<AppState> for LeptosOptions {
+    fn from_ref(state: &AppState) -> Self {
+        state.leptos_options.clone()
+    }
+}
+
+/// Connects, migrates and serves until SIGTERM or SIGINT.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let storage = storage::connect(&config.database_url).await?;
+    storage.migrate().await.context("applying migrations")?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            wait_for_signal().await;
+            tracing::info!("shutdown requested");
+            shutdown.cancel();
+        }
+    });
+    run(config, storage, listener, shutdown).await
+}
+
+/// Serves on `listener` until `shutdown` is cancelled, then finishes in-flight requests.
+pub async fn run(
+    config: Config,
+    storage: Arc<dyn Storage>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let sessions = AnyStore::for_storage(storage.as_ref()).await.context("creating the session store")?;
+    let cleanup = tokio::spawn(sessions.clone().delete_expired_every(Duration::from_secs(300)));
+
+    let state = AppState {
+        console: Arc::new(console::Backend::new(storage.clone())),
+        storage,
+        leptos_options: leptos_options(&config, addr),
+        config: Arc::new(config.clone()),
+    };
+    let session_layer = SessionManagerLayer::new(sessions)
+        .with_name("partyflow_session")
+        .with_same_site(SameSite::Strict)
+        .with_http_only(true)
+        .with_secure(config.secure_cookies)
+        .with_expiry(Expiry::OnInactivity(time::Duration::minutes(config.session_idle_minutes)));
+
+    let app = router(state).layer(session_layer).layer(TraceLayer::new_for_http());
+
+    tracing::info!(%addr, console = %format!("http://{addr}/"), "PartyFlow Hooks is serving");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await
+        .context("serving HTTP")?;
+    cleanup.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn leptos_options(config: &Config, addr: std::net::SocketAddr) -> LeptosOptions {
+    LeptosOptions::builder()
+        .output_name("partyflow")
+        .site_root(config.site_root.to_string_lossy().into_owned())
+        .site_pkg_dir("pkg")
+        .site_addr(addr)
+        .build()
+}
+
+fn router(state: AppState) -> Router {
+    let routes = generate_route_list(app::App);
+    let console_backend = state.console.clone();
+    let console = Router::new()
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || provide_context(console_backend.clone()),
+            {
+                let options = state.leptos_options.clone();
+                move || app::shell(options.clone())
+            },
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), console::require_login));
+
+    Router::new().merge(http::router()).merge(console).with_state(state)
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

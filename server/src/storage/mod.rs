@@ -1,0 +1,193 @@
+//! Durable state: one [`Storage`] trait, implemented for SQLite ([`sqlite`]) and
+//! PostgreSQL ([`postgres`]), chosen at run time from the database URL.
+//!
+//! The two implementations share their SQL text where the dialects agree
+//! ([`shared`]: times are Unix milliseconds, JSON is TEXT, placeholders are `$n`)
+//! and split it where they don't. Rows are converted to domain records in
+//! [`rows`]; nothing outside this module sees sqlx.
+
+use async_trait::async_trait;
+
+use crate::domain::*;
+
+#[macro_use]
+mod shared;
+pub mod postgres;
+mod rows;
+pub mod sqlite;
+
+/// What can go wrong in storage, in terms that mean the same on both backends.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("not found")]
+    NotFound,
+    /// A uniqueness or reference rule was broken (e.g. a duplicate channel name).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// A stored value could not be read back as a domain value.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    #[error(transparent)]
+    Other(sqlx::Error),
+}
+
+impl From<sqlx::Error> for StorageError {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::RowNotFound => StorageError::NotFound,
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StorageError::Conflict(db.message().to_owned())
+            }
+            sqlx::Error::Database(db) if db.is_foreign_key_violation() => {
+                StorageError::Conflict(db.message().to_owned())
+            }
+            other => StorageError::Other(other),
+        }
+    }
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Which database a [`Storage`] talks to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A page of a keyset-paginated listing, newest first.
+#[derive(Debug, Clone, Copy)]
+pub struct Page<C> {
+    /// Only items strictly older than this one.
+    pub before: Option<C>,
+    pub limit: i64,
+}
+
+impl<C> Page<C> {
+    pub fn first(limit: i64) -> Self {
+        Self { before: None, limit }
+    }
+}
+
+/// The filters of the deliveries table (SPEC §5 and §6); every field is optional.
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    pub space_id: Option<SpaceId>,
+    pub status: Option<DeliveryStatus>,
+    pub destination_id: Option<DestinationId>,
+    pub event_type: Option<String>,
+    pub error_class: Option<ErrorClass>,
+    /// Created at or after (Unix ms).
+    pub since: Option<UnixMs>,
+    /// Created before (Unix ms).
+    pub until: Option<UnixMs>,
+}
+
+/// An event together with the deliveries that fan it out, written in one transaction.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub event: Event,
+    /// When set, a second publish with the same key returns the first answer.
+    pub idempotency_key: Option<String>,
+    pub request_hash: String,
+}
+
+/// What [`Storage::publish_event`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// The event and its deliveries are on disk.
+    Created { event_id: EventId, deliveries: i64, skipped: i64 },
+    /// The idempotency key was seen before: nothing was written; this was the first answer.
+    /// `request_hash` lets the caller refuse a key reused for a different request.
+    Replayed { event_id: EventId, deliveries: i64, request_hash: String },
+}
+
+/// Everything the server keeps, behind one interface for both backends.
+///
+/// Every method is a single transaction: it either happens entirely or not at all.
+#[async_trait]
+pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
+    fn backend(&self) -> Backend;
+
+    /// The concrete storage, for the few places that need its pool (the session store).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    /// Applies the backend's migrations; safe to call on every start.
+    async fn migrate(&self) -> Result<()>;
+
+    /// A round trip to the database, for `/readyz`.
+    async fn ping(&self) -> Result<()>;
+
+    // Spaces and API keys.
+    async fn create_space(&self, space: &Space) -> Result<()>;
+    async fn get_space(&self, id: SpaceId) -> Result<Space>;
+    async fn list_spaces(&self) -> Result<Vec<Space>>;
+    async fn create_api_key(&self, key: &ApiKey, key_hash: &str) -> Result<()>;
+    /// The live (not revoked) key with this hash.
+    async fn find_api_key(&self, key_hash: &str) -> Result<ApiKey>;
+    async fn list_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>>;
+    async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()>;
+
+    // Channels and messages.
+    async fn create_channel(&self, channel: &Channel) -> Result<()>;
+    async fn get_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<Channel>;
+    async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>>;
+    async fn list_messages(&self, channel_id: ChannelId, page: Page<MessageId>) -> Result<Vec<Message>>;
+
+    // Events and their fan-out.
+    /// Writes the event and one delivery per active destination of the space that
+    /// subscribes to its type, in one transaction; counts the inactive ones it skipped.
+    /// With an idempotency key seen before, writes nothing and returns the first answer.
+    async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published>;
+    async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event>;
+    async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>>;
+
+    // Destinations.
+    async fn create_destination(&self, destination: &Destination) -> Result<()>;
+    async fn get_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<Destination>;
+    async fn list_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>>;
+
+    // Deliveries and attempts.
+    async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery>;
+    async fn list_deliveries(&self, filter: &DeliveryFilter, page: Page<DeliveryId>) -> Result<Vec<Delivery>>;
+    async fn list_attempts(&self, delivery_id: DeliveryId) -> Result<Vec<Attempt>>;
+
+    // Incoming webhooks and bots.
+    async fn create_incoming_webhook(&self, webhook: &IncomingWebhook) -> Result<()>;
+    async fn get_incoming_webhook(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
+    async fn list_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>>;
+    async fn create_bot(&self, bot: &Bot) -> Result<()>;
+    async fn find_bot(&self, token_hash: &str) -> Result<Bot>;
+    async fn list_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>>;
+
+    // Console users.
+    async fn create_user(&self, user: &User) -> Result<()>;
+    async fn get_user(&self, id: UserId) -> Result<User>;
+    async fn find_user_by_email(&self, email: &str) -> Result<User>;
+    async fn count_users(&self) -> Result<i64>;
+    async fn list_users(&self) -> Result<Vec<User>>;
+
+    // Notifications for admins.
+    async fn create_notification(&self, notification: &Notification) -> Result<()>;
+    async fn list_notifications(&self, unread_only: bool, page: Page<NotificationId>) -> Result<Vec<Notification>>;
+    async fn count_unread_notifications(&self) -> Result<i64>;
+    async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()>;
+}
+
+/// Opens the database named by `url` (`sqlite://…` or `postgres://…`).
+pub async fn connect(url: &str) -> anyhow::Result<std::sync::Arc<dyn Storage>> {
+    use anyhow::Context as _;
+    if url.starts_with("sqlite:") {
+        let storage = sqlite::SqliteStorage::connect(url)
+            .await
+            .with_context(|| format!("opening SQLite database {url}"))?;
+        Ok(std::sync::Arc::new(storage))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        let storage = postgres::PostgresStorage::connect(url)
+            .await
+            .context("connecting to PostgreSQL")?;
+        Ok(std::sync::Arc::new(storage))
+    } else {
+        anyhow::bail!("unsupported database URL {url:?}: expected sqlite://… or postgres://…")
+    }
+}

@@ -1,0 +1,573 @@
+//! The SQL both backends share, written once.
+//!
+//! [`impl_storage!`] expands to a whole `impl Storage for …` for a backend struct
+//! with a `pool` field; the backend passes in the few methods whose SQL differs.
+//! Each query is type-checked once per backend, so a query that one dialect
+//! rejects fails to build there, not at run time.
+
+pub(super) const SPACE: &str = "id, name, plan, created_at";
+pub(super) const API_KEY: &str = "id, space_id, name, prefix, created_at, last_used_at, revoked_at";
+pub(super) const CHANNEL: &str = "id, space_id, name, created_at";
+pub(super) const MESSAGE: &str =
+    "id, space_id, channel_id, text, attachments, source_kind, source_id, created_at";
+pub(super) const EVENT: &str = "id, space_id, event_type, payload, created_at";
+pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
+    previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
+    timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
+    disabled_reason, created_at, updated_at";
+pub(super) const DELIVERY: &str = "id, space_id, event_id, destination_id, event_type, status, paused, \
+    attempts, next_attempt_at, lease_expires_at, last_error_class, last_status_code, resent_from, \
+    resent_as, created_at, updated_at, finished_at";
+pub(super) const ATTEMPT: &str = "id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
+    request_url, request_headers, request_body, response_status, response_headers, response_body, \
+    error_class, error_message";
+pub(super) const INCOMING_WEBHOOK: &str = "id, space_id, channel_id, name, token_hash, signing_secret, \
+    status, consecutive_failures, created_at, updated_at, disabled_at";
+pub(super) const BOT: &str = "id, space_id, name, token_hash, created_at, revoked_at";
+pub(super) const USER: &str = "id, email, password_hash, role, created_at, disabled_at";
+pub(super) const NOTIFICATION: &str =
+    "id, space_id, kind, subject_kind, subject_id, message, created_at, read_at";
+
+/// Rows per multi-row INSERT when fanning an event out (below both backends' bind limits).
+pub(super) const FAN_OUT_CHUNK: usize = 500;
+
+macro_rules! impl_storage {
+    ($backend:ty, $db:ty, { $($specific:tt)* }) => {
+        #[async_trait::async_trait]
+        impl $crate::storage::Storage for $backend {
+            $($specific)*
+
+            async fn ping(&self) -> Result<()> {
+                sqlx::query("SELECT 1").execute(&self.pool).await?;
+                Ok(())
+            }
+
+            async fn create_space(&self, s: &Space) -> Result<()> {
+                sqlx::query("INSERT INTO spaces (id, name, plan, created_at) VALUES ($1, $2, $3, $4)")
+                    .bind(s.id.to_string())
+                    .bind(&s.name)
+                    .bind(s.plan.as_str())
+                    .bind(s.created_at)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn get_space(&self, id: SpaceId) -> Result<Space> {
+                let sql = format!("SELECT {} FROM spaces WHERE id = $1", shared::SPACE);
+                sqlx::query_as::<_, rows::SpaceRow>(&sql)
+                    .bind(id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_spaces(&self) -> Result<Vec<Space>> {
+                let sql = format!("SELECT {} FROM spaces ORDER BY name, id", shared::SPACE);
+                let rows = sqlx::query_as::<_, rows::SpaceRow>(&sql).fetch_all(&self.pool).await?;
+                rows::convert_all(rows)
+            }
+
+            async fn create_api_key(&self, k: &ApiKey, key_hash: &str) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO api_keys (id, space_id, name, prefix, key_hash, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(k.id.to_string())
+                .bind(k.space_id.to_string())
+                .bind(&k.name)
+                .bind(&k.prefix)
+                .bind(key_hash)
+                .bind(k.created_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn find_api_key(&self, key_hash: &str) -> Result<ApiKey> {
+                let sql = format!(
+                    "SELECT {} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+                    shared::API_KEY
+                );
+                sqlx::query_as::<_, rows::ApiKeyRow>(&sql)
+                    .bind(key_hash)
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>> {
+                let sql = format!("SELECT {} FROM api_keys WHERE space_id = $1 ORDER BY id", shared::API_KEY);
+                let rows = sqlx::query_as::<_, rows::ApiKeyRow>(&sql)
+                    .bind(space_id.to_string())
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()> {
+                let done = sqlx::query(
+                    "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL",
+                )
+                .bind(now)
+                .bind(id.to_string())
+                .bind(space_id.to_string())
+                .execute(&self.pool)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
+            async fn create_channel(&self, c: &Channel) -> Result<()> {
+                sqlx::query("INSERT INTO channels (id, space_id, name, created_at) VALUES ($1, $2, $3, $4)")
+                    .bind(c.id.to_string())
+                    .bind(c.space_id.to_string())
+                    .bind(&c.name)
+                    .bind(c.created_at)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn get_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<Channel> {
+                let sql = format!("SELECT {} FROM channels WHERE id = $1 AND space_id = $2", shared::CHANNEL);
+                sqlx::query_as::<_, rows::ChannelRow>(&sql)
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>> {
+                let sql = format!("SELECT {} FROM channels WHERE space_id = $1 ORDER BY name", shared::CHANNEL);
+                let rows = sqlx::query_as::<_, rows::ChannelRow>(&sql)
+                    .bind(space_id.to_string())
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn list_messages(&self, channel_id: ChannelId, page: Page<MessageId>) -> Result<Vec<Message>> {
+                let sql = format!(
+                    "SELECT {} FROM messages WHERE channel_id = $1 AND ($2 IS NULL OR id < $2) \
+                     ORDER BY id DESC LIMIT $3",
+                    shared::MESSAGE
+                );
+                let rows = sqlx::query_as::<_, rows::MessageRow>(&sql)
+                    .bind(channel_id.to_string())
+                    .bind(page.before.map(|id| id.to_string()))
+                    .bind(page.limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published> {
+                let e = &new.event;
+                let space = e.space_id.to_string();
+                let mut tx = self.pool.begin().await?;
+                // The first statement writes, so SQLite takes its write lock before anything is read.
+                sqlx::query(
+                    "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(e.id.to_string())
+                .bind(&space)
+                .bind(&e.event_type)
+                .bind(e.payload.to_string())
+                .bind(e.created_at)
+                .execute(&mut *tx)
+                .await?;
+
+                if let Some(key) = &new.idempotency_key {
+                    let claimed = sqlx::query(
+                        "INSERT INTO idempotency_keys (space_id, key, request_hash, event_id, deliveries, created_at) \
+                         VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (space_id, key) DO NOTHING",
+                    )
+                    .bind(&space)
+                    .bind(key)
+                    .bind(&new.request_hash)
+                    .bind(e.id.to_string())
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                    if claimed.rows_affected() == 0 {
+                        tx.rollback().await?;
+                        let first = sqlx::query_as::<_, rows::IdempotencyRow>(
+                            "SELECT request_hash, event_id, deliveries FROM idempotency_keys \
+                             WHERE space_id = $1 AND key = $2",
+                        )
+                        .bind(&space)
+                        .bind(key)
+                        .fetch_one(&self.pool)
+                        .await?;
+                        return Ok(Published::Replayed {
+                            event_id: first
+                                .event_id
+                                .parse()
+                                .map_err(|e| StorageError::Corrupt(format!("idempotency_keys.event_id: {e}")))?,
+                            deliveries: first.deliveries,
+                            request_hash: first.request_hash,
+                        });
+                    }
+                }
+
+                let sql = format!("SELECT {} FROM destinations WHERE space_id = $1", shared::DESTINATION);
+                let destinations: Vec<Destination> = rows::convert_all(
+                    sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                        .bind(&space)
+                        .fetch_all(&mut *tx)
+                        .await?,
+                )?;
+                let (active, inactive): (Vec<_>, Vec<_>) = destinations
+                    .iter()
+                    .filter(|d| d.subscribes_to(&e.event_type))
+                    .partition(|d| d.status == DestinationStatus::Active);
+
+                for chunk in active.chunks(shared::FAN_OUT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                         attempts, next_attempt_at, created_at, updated_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, d| {
+                        row.push_bind(DeliveryId::new().to_string())
+                            .push_bind(&space)
+                            .push_bind(e.id.to_string())
+                            .push_bind(d.id.to_string())
+                            .push_bind(&e.event_type)
+                            .push_bind(DeliveryStatus::Pending.as_str())
+                            .push_bind(0_i64)
+                            .push_bind(now)
+                            .push_bind(now)
+                            .push_bind(now);
+                    });
+                    insert.build().execute(&mut *tx).await?;
+                }
+                for d in &inactive {
+                    sqlx::query("UPDATE destinations SET skipped_events = skipped_events + 1 WHERE id = $1")
+                        .bind(d.id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let deliveries = active.len() as i64;
+                if let Some(key) = &new.idempotency_key {
+                    sqlx::query("UPDATE idempotency_keys SET deliveries = $1 WHERE space_id = $2 AND key = $3")
+                        .bind(deliveries)
+                        .bind(&space)
+                        .bind(key)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(Published::Created { event_id: e.id, deliveries, skipped: inactive.len() as i64 })
+            }
+
+            async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
+                let sql = format!("SELECT {} FROM events WHERE id = $1 AND space_id = $2", shared::EVENT);
+                sqlx::query_as::<_, rows::EventRow>(&sql)
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>> {
+                let sql = format!(
+                    "SELECT {} FROM events WHERE space_id = $1 AND ($2 IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
+                    shared::EVENT
+                );
+                let rows = sqlx::query_as::<_, rows::EventRow>(&sql)
+                    .bind(space_id.to_string())
+                    .bind(page.before.map(|id| id.to_string()))
+                    .bind(page.limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn create_destination(&self, d: &Destination) -> Result<()> {
+                let event_types = d
+                    .event_types
+                    .as_ref()
+                    .map(|t| serde_json::Value::from(t.clone()).to_string());
+                sqlx::query(
+                    "INSERT INTO destinations (id, space_id, url, description, event_types, secret, previous_secret, \
+                     previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, timeout_seconds, \
+                     retry_policy, transformation, status, consecutive_dead_letters, skipped_events, disabled_reason, \
+                     created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+                )
+                .bind(d.id.to_string())
+                .bind(d.space_id.to_string())
+                .bind(&d.url)
+                .bind(&d.description)
+                .bind(event_types)
+                .bind(&d.secret)
+                .bind(&d.previous_secret)
+                .bind(d.previous_secret_expires_at)
+                .bind(d.rate_limit.map(|r| i64::from(r.count)))
+                .bind(d.rate_limit.map(|r| r.period.as_str()))
+                .bind(d.max_attempts)
+                .bind(d.timeout_seconds)
+                .bind(d.retry_policy.to_string())
+                .bind(&d.transformation)
+                .bind(d.status.as_str())
+                .bind(d.consecutive_dead_letters)
+                .bind(d.skipped_events)
+                .bind(&d.disabled_reason)
+                .bind(d.created_at)
+                .bind(d.updated_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn get_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<Destination> {
+                let sql = format!("SELECT {} FROM destinations WHERE id = $1 AND space_id = $2", shared::DESTINATION);
+                sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>> {
+                let sql = format!("SELECT {} FROM destinations WHERE space_id = $1 ORDER BY id", shared::DESTINATION);
+                let rows = sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                    .bind(space_id.to_string())
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery> {
+                let sql = format!("SELECT {} FROM deliveries WHERE id = $1", shared::DELIVERY);
+                sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+                    .bind(id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_deliveries(&self, f: &DeliveryFilter, page: Page<DeliveryId>) -> Result<Vec<Delivery>> {
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!("SELECT {} FROM deliveries WHERE 1 = 1", shared::DELIVERY));
+                if let Some(space) = f.space_id {
+                    q.push(" AND space_id = ").push_bind(space.to_string());
+                }
+                if let Some(status) = f.status {
+                    q.push(" AND status = ").push_bind(status.as_str());
+                }
+                if let Some(dst) = f.destination_id {
+                    q.push(" AND destination_id = ").push_bind(dst.to_string());
+                }
+                if let Some(t) = &f.event_type {
+                    q.push(" AND event_type = ").push_bind(t.clone());
+                }
+                if let Some(class) = f.error_class {
+                    q.push(" AND last_error_class = ").push_bind(class.as_str());
+                }
+                // Time bounds become ID bounds: IDs sort by creation time, and the indexes end in `id`.
+                if let Some(since) = f.since {
+                    q.push(" AND id >= ").push_bind(DeliveryId::lower_bound_at(since).to_string());
+                }
+                if let Some(until) = f.until {
+                    q.push(" AND id < ").push_bind(DeliveryId::lower_bound_at(until).to_string());
+                }
+                if let Some(before) = page.before {
+                    q.push(" AND id < ").push_bind(before.to_string());
+                }
+                q.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit);
+                let rows = q.build_query_as::<rows::DeliveryRow>().fetch_all(&self.pool).await?;
+                rows::convert_all(rows)
+            }
+
+            async fn list_attempts(&self, delivery_id: DeliveryId) -> Result<Vec<Attempt>> {
+                let sql = format!(
+                    "SELECT {} FROM attempts WHERE delivery_id = $1 ORDER BY started_at, attempt_number",
+                    shared::ATTEMPT
+                );
+                let rows = sqlx::query_as::<_, rows::AttemptRow>(&sql)
+                    .bind(delivery_id.to_string())
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn create_incoming_webhook(&self, w: &IncomingWebhook) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO incoming_webhooks (id, space_id, channel_id, name, token_hash, signing_secret, status, \
+                     consecutive_failures, created_at, updated_at, disabled_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                )
+                .bind(w.id.to_string())
+                .bind(w.space_id.to_string())
+                .bind(w.channel_id.to_string())
+                .bind(&w.name)
+                .bind(&w.token_hash)
+                .bind(&w.signing_secret)
+                .bind(w.status.as_str())
+                .bind(w.consecutive_failures)
+                .bind(w.created_at)
+                .bind(w.updated_at)
+                .bind(w.disabled_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn get_incoming_webhook(&self, id: IncomingWebhookId) -> Result<IncomingWebhook> {
+                let sql = format!("SELECT {} FROM incoming_webhooks WHERE id = $1", shared::INCOMING_WEBHOOK);
+                sqlx::query_as::<_, rows::IncomingWebhookRow>(&sql)
+                    .bind(id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>> {
+                let sql = format!(
+                    "SELECT {} FROM incoming_webhooks WHERE space_id = $1 ORDER BY id",
+                    shared::INCOMING_WEBHOOK
+                );
+                let rows = sqlx::query_as::<_, rows::IncomingWebhookRow>(&sql)
+                    .bind(space_id.to_string())
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn create_bot(&self, b: &Bot) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO bots (id, space_id, name, token_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(b.id.to_string())
+                .bind(b.space_id.to_string())
+                .bind(&b.name)
+                .bind(&b.token_hash)
+                .bind(b.created_at)
+                .bind(b.revoked_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn find_bot(&self, token_hash: &str) -> Result<Bot> {
+                let sql = format!("SELECT {} FROM bots WHERE token_hash = $1 AND revoked_at IS NULL", shared::BOT);
+                sqlx::query_as::<_, rows::BotRow>(&sql)
+                    .bind(token_hash)
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn list_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>> {
+                let sql = format!("SELECT {} FROM bots WHERE space_id = $1 ORDER BY id", shared::BOT);
+                let rows = sqlx::query_as::<_, rows::BotRow>(&sql)
+                    .bind(space_id.to_string())
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn create_user(&self, u: &User) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO users (id, email, password_hash, role, created_at, disabled_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(u.id.to_string())
+                .bind(&u.email)
+                .bind(&u.password_hash)
+                .bind(u.role.as_str())
+                .bind(u.created_at)
+                .bind(u.disabled_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn get_user(&self, id: UserId) -> Result<User> {
+                let sql = format!("SELECT {} FROM users WHERE id = $1", shared::USER);
+                sqlx::query_as::<_, rows::UserRow>(&sql)
+                    .bind(id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn find_user_by_email(&self, email: &str) -> Result<User> {
+                let sql = format!("SELECT {} FROM users WHERE email = $1", shared::USER);
+                sqlx::query_as::<_, rows::UserRow>(&sql)
+                    .bind(email)
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn count_users(&self) -> Result<i64> {
+                let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM users").fetch_one(&self.pool).await?;
+                Ok(n)
+            }
+
+            async fn list_users(&self) -> Result<Vec<User>> {
+                let sql = format!("SELECT {} FROM users ORDER BY email", shared::USER);
+                let rows = sqlx::query_as::<_, rows::UserRow>(&sql).fetch_all(&self.pool).await?;
+                rows::convert_all(rows)
+            }
+
+            async fn create_notification(&self, n: &Notification) -> Result<()> {
+                sqlx::query(
+                    "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at, read_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(n.id.to_string())
+                .bind(n.space_id.map(|s| s.to_string()))
+                .bind(&n.kind)
+                .bind(&n.subject_kind)
+                .bind(&n.subject_id)
+                .bind(&n.message)
+                .bind(n.created_at)
+                .bind(n.read_at)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn list_notifications(&self, unread_only: bool, page: Page<NotificationId>) -> Result<Vec<Notification>> {
+                let sql = format!(
+                    "SELECT {} FROM notifications WHERE ($1 = FALSE OR read_at IS NULL) AND ($2 IS NULL OR id < $2) \
+                     ORDER BY id DESC LIMIT $3",
+                    shared::NOTIFICATION
+                );
+                let rows = sqlx::query_as::<_, rows::NotificationRow>(&sql)
+                    .bind(unread_only)
+                    .bind(page.before.map(|id| id.to_string()))
+                    .bind(page.limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn count_unread_notifications(&self) -> Result<i64> {
+                let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM notifications WHERE read_at IS NULL")
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(n)
+            }
+
+            async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()> {
+                let done = sqlx::query("UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2")
+                    .bind(now)
+                    .bind(id.to_string())
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+        }
+    };
+}

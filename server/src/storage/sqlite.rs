@@ -1,0 +1,62 @@
+//! The embedded default: one SQLite file in WAL mode.
+//!
+//! Commits are `synchronous = FULL`, so an answer given after a commit survives
+//! a power cut, not only a crash of the process.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+use super::{rows, shared, Backend, DeliveryFilter, NewEvent, Page, Published, Result, StorageError};
+use crate::domain::*;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+#[derive(Debug, Clone)]
+pub struct SqliteStorage {
+    pub(crate) pool: SqlitePool,
+}
+
+impl SqliteStorage {
+    /// Opens (creating if needed, with its parent folder) the database at `url`.
+    pub async fn connect(url: &str) -> anyhow::Result<Self> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        if let Some(parent) = options.get_filename().parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent)?;
+            }
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+impl_storage!(SqliteStorage, sqlx::Sqlite, {
+    fn backend(&self) -> Backend {
+        Backend::Sqlite
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StorageError::Other(e.into()))
+    }
+});
