@@ -14,14 +14,25 @@ pub async fn login(email: String, password: String, next: Option<String>) -> Res
     let session = leptos_axum::extract::<tower_sessions::Session>()
         .await
         .map_err(|_| ConsoleError::Internal)?;
-    let user = backend()?.authenticate(email.trim(), &password).await?;
+    let next = safe_next(next.as_deref());
+    let user = match backend()?.authenticate(email.trim(), &password).await {
+        Ok(user) => user,
+        // Back to the form with the reason in the URL: the same path with and without JavaScript.
+        Err(e @ (ConsoleError::BadCredentials | ConsoleError::Throttled)) => {
+            let code = if e == ConsoleError::Throttled { "throttled" } else { "credentials" };
+            let next: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
+            leptos_axum::redirect(&format!("/login?error={code}&next={next}"));
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     session.cycle_id().await.map_err(|_| ConsoleError::Internal)?;
     session
         .insert(SESSION_USER_KEY, &user.id)
         .await
         .map_err(|_| ConsoleError::Internal)?;
     tracing::info!(user.id = %user.id, "console sign-in");
-    leptos_axum::redirect(&safe_next(next.as_deref()));
+    leptos_axum::redirect(&next);
     Ok(())
 }
 

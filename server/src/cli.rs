@@ -53,6 +53,12 @@ enum UserCommand {
         #[arg(long)]
         role: Role,
     },
+    /// On a database with no user yet, create an admin with a random password and print
+    /// JSON `{"email", "password"}`; print nothing when users exist.
+    Bootstrap {
+        #[arg(long, default_value = "admin@partyflow.local")]
+        email: String,
+    },
 }
 
 impl clap::ValueEnum for Plan {
@@ -125,7 +131,21 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("{}", serde_json::json!({ "id": user.id, "email": user.email, "role": user.role }));
             Ok(())
         }
+        Command::User { command: UserCommand::Bootstrap { email } } => {
+            let store = open(&config).await?;
+            bootstrap(store.as_ref(), &email).await
+        }
     }
+}
+
+async fn bootstrap(store: &dyn storage::Storage, email: &str) -> anyhow::Result<()> {
+    if store.count_users().await? > 0 {
+        return Ok(());
+    }
+    let password = crate::auth::new_token("pf")[3..23].to_owned();
+    let user = admin::create_user(store, email, &password, Role::Admin).await?;
+    println!("{}", serde_json::json!({ "email": user.email, "password": password }));
+    Ok(())
 }
 
 async fn open(config: &Config) -> anyhow::Result<std::sync::Arc<dyn storage::Storage>> {

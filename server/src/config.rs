@@ -62,7 +62,13 @@ impl Config {
     fn figment(file: &str) -> Figment {
         Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::file(file))
-            .merge(Env::prefixed("PARTYFLOW_").ignore(&["config"]).split("__"))
+            // `PARTYFLOW_TEST_*` belong to the test suite, not to the server.
+            .merge(
+                Env::prefixed("PARTYFLOW_")
+                    .ignore(&["config"])
+                    .filter(|key| !key.starts_with("test_"))
+                    .split("__"),
+            )
     }
 }
 
@@ -75,6 +81,7 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.create_file("pf.toml", "listen = \"127.0.0.1:4000\"\nallow_networks = \"10.0.0.0/8\"")?;
             jail.set_env("PARTYFLOW_ALLOW_NETWORKS", "127.0.0.0/8,::1/128");
+            jail.set_env("PARTYFLOW_TEST_POSTGRES_URL", "postgres://ignored");
             let config: Config = Config::figment("pf.toml").extract()?;
             assert_eq!(config.listen.port(), 4000);
             assert_eq!(config.allow_networks, "127.0.0.0/8,::1/128");

@@ -5,13 +5,20 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
 use crate::auth::Login;
+use crate::error::ConsoleError;
 
 #[component]
 pub fn LoginPage() -> impl IntoView {
     let login = ServerAction::<Login>::new();
     let query = use_query_map();
     let next = move || query.read().get("next").unwrap_or_default();
-    let error = move || login.value().get().and_then(|r| r.err()).map(|e| e.to_string());
+    let error = move || {
+        let from_url = query.read().get("error").map(|code| match code.as_str() {
+            "throttled" => ConsoleError::Throttled.to_string(),
+            _ => ConsoleError::BadCredentials.to_string(),
+        });
+        from_url.or_else(|| login.value().get().and_then(|r| r.err()).map(|e| e.to_string()))
+    };
     let pending = login.pending();
 
     view! {

@@ -94,16 +94,7 @@ pub async fn require_login(State(state): State<AppState>, session: Session, req:
         next.run(req).await
     } else {
         let target = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
-        let encoded: String = url_encode(target);
+        let encoded: String = form_urlencoded::byte_serialize(target.as_bytes()).collect();
         Redirect::to(&format!("/login?next={encoded}")).into_response()
     }
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -1,0 +1,9 @@
+//! Integration tests: one binary, real server over real HTTP, real databases.
+//! Every storage and HTTP test runs against SQLite and, when the test command
+//! started one (`PARTYFLOW_TEST_POSTGRES_URL`), PostgreSQL.
+
+mod cli;
+mod console;
+mod health;
+mod helpers;
+mod storage;

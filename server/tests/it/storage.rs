@@ -1,0 +1,334 @@
+//! The storage suite, run against both backends.
+
+use serde_json::json;
+use server::domain::*;
+use server::storage::{DeliveryFilter, NewEvent, Page, Published, Storage, StorageError};
+
+use crate::on_both_backends;
+
+const NOW: i64 = 1_780_000_000_000;
+
+async fn space(store: &dyn Storage, plan: Plan) -> Space {
+    let space = Space { id: SpaceId::new(), name: "Acme".into(), plan, created_at: NOW };
+    store.create_space(&space).await.unwrap();
+    space
+}
+
+fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus) -> Destination {
+    Destination {
+        id: DestinationId::new(),
+        space_id: space,
+        url: "https://example.com/hook".into(),
+        description: String::new(),
+        event_types: types.map(|t| t.iter().map(|s| s.to_string()).collect()),
+        secret: "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=".into(),
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        rate_limit: Some(RateLimit { count: 50, period: RatePeriod::Minute }),
+        max_attempts: 8,
+        timeout_seconds: 30,
+        retry_policy: json!({"preset": "partyflow"}),
+        transformation: None,
+        status,
+        consecutive_dead_letters: 0,
+        skipped_events: 0,
+        disabled_reason: None,
+        created_at: NOW,
+        updated_at: NOW,
+    }
+}
+
+fn event(space: SpaceId, event_type: &str) -> NewEvent {
+    NewEvent {
+        event: Event {
+            id: EventId::new(),
+            space_id: space,
+            event_type: event_type.into(),
+            payload: json!({"text": "hello", "n": 1}),
+            created_at: NOW,
+        },
+        idempotency_key: None,
+        request_hash: "h".into(),
+    }
+}
+
+on_both_backends! {
+    async fn a_space_and_its_api_key_are_stored_and_the_key_can_be_revoked(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Pro).await;
+        assert_eq!(store.get_space(s.id).await.unwrap(), s);
+        assert_eq!(store.list_spaces().await.unwrap(), vec![s.clone()]);
+
+        let key = ApiKey {
+            id: ApiKeyId::new(),
+            space_id: s.id,
+            name: "ci".into(),
+            prefix: "pfk_abcdefgh".into(),
+            created_at: NOW,
+            last_used_at: None,
+            revoked_at: None,
+        };
+        store.create_api_key(&key, "hash-1").await.unwrap();
+        assert_eq!(store.find_api_key("hash-1").await.unwrap(), key);
+        assert!(matches!(store.find_api_key("hash-2").await, Err(StorageError::NotFound)));
+        store.revoke_api_key(s.id, key.id, NOW + 1).await.unwrap();
+        assert!(matches!(store.find_api_key("hash-1").await, Err(StorageError::NotFound)));
+        assert_eq!(store.list_api_keys(s.id).await.unwrap()[0].revoked_at, Some(NOW + 1));
+        // Revoking twice, or from another space, finds nothing.
+        assert!(matches!(store.revoke_api_key(s.id, key.id, NOW).await, Err(StorageError::NotFound)));
+        assert!(matches!(store.get_space(SpaceId::new()).await, Err(StorageError::NotFound)));
+    }
+}
+
+on_both_backends! {
+    async fn channel_names_are_unique_within_a_space_only(db) {
+        let store = db.storage.as_ref();
+        let a = space(store, Plan::Free).await;
+        let b = space(store, Plan::Free).await;
+        let general = |space_id| Channel { id: ChannelId::new(), space_id, name: "general".into(), created_at: NOW };
+        let first = general(a.id);
+        store.create_channel(&first).await.unwrap();
+        assert!(matches!(store.create_channel(&general(a.id)).await, Err(StorageError::Conflict(_))));
+        store.create_channel(&general(b.id)).await.unwrap();
+        assert_eq!(store.get_channel(a.id, first.id).await.unwrap(), first);
+        // A channel is not visible through another space.
+        assert!(matches!(store.get_channel(b.id, first.id).await, Err(StorageError::NotFound)));
+        assert_eq!(store.list_channels(a.id).await.unwrap().len(), 1);
+    }
+}
+
+on_both_backends! {
+    async fn publishing_fans_out_to_active_subscribed_destinations_in_one_go(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let all = destination(s.id, None, DestinationStatus::Active);
+        let matching = destination(s.id, Some(&["message.created"]), DestinationStatus::Active);
+        let other_type = destination(s.id, Some(&["user.joined"]), DestinationStatus::Active);
+        let inactive = destination(s.id, Some(&["message.created"]), DestinationStatus::Inactive);
+        for d in [&all, &matching, &other_type, &inactive] {
+            store.create_destination(d).await.unwrap();
+        }
+        let e = event(s.id, "message.created");
+        let published = store.publish_event(&e, NOW).await.unwrap();
+        assert_eq!(published, Published::Created { event_id: e.event.id, deliveries: 2, skipped: 1 });
+
+        assert_eq!(store.get_event(s.id, e.event.id).await.unwrap(), e.event);
+        let deliveries = store
+            .list_deliveries(&DeliveryFilter { space_id: Some(s.id), ..Default::default() }, Page::first(10))
+            .await
+            .unwrap();
+        let mut targets: Vec<_> = deliveries.iter().map(|d| d.destination_id).collect();
+        targets.sort();
+        let mut expected = vec![all.id, matching.id];
+        expected.sort();
+        assert_eq!(targets, expected);
+        for d in &deliveries {
+            assert_eq!(d.status, DeliveryStatus::Pending);
+            assert_eq!(d.attempts, 0);
+            assert_eq!(d.next_attempt_at, Some(NOW));
+            assert_eq!(d.webhook_id(), e.event.id.to_string());
+        }
+        // D5: the inactive destination counts what it skipped; nothing is stored for it.
+        assert_eq!(store.get_destination(s.id, inactive.id).await.unwrap().skipped_events, 1);
+        assert_eq!(store.get_destination(s.id, all.id).await.unwrap().skipped_events, 0);
+    }
+}
+
+on_both_backends! {
+    async fn an_idempotency_key_returns_the_first_answer_and_creates_nothing(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        store.create_destination(&destination(s.id, None, DestinationStatus::Active)).await.unwrap();
+        let mut first = event(s.id, "order.paid");
+        first.idempotency_key = Some("order-42".into());
+        first.request_hash = "body-a".into();
+        let Published::Created { event_id, deliveries, .. } = store.publish_event(&first, NOW).await.unwrap() else {
+            panic!("first publish must create");
+        };
+        let mut again = event(s.id, "order.paid");
+        again.idempotency_key = Some("order-42".into());
+        again.request_hash = "body-a".into();
+        let replay = store.publish_event(&again, NOW).await.unwrap();
+        assert_eq!(replay, Published::Replayed { event_id, deliveries, request_hash: "body-a".into() });
+        assert_eq!(store.list_events(s.id, Page::first(10)).await.unwrap().len(), 1);
+        assert!(matches!(store.get_event(s.id, again.event.id).await, Err(StorageError::NotFound)));
+        let all = DeliveryFilter { space_id: Some(s.id), ..Default::default() };
+        assert_eq!(store.list_deliveries(&all, Page::first(10)).await.unwrap().len(), 1);
+
+        // The same key in another space is another key.
+        let other = space(store, Plan::Free).await;
+        let mut elsewhere = event(other.id, "order.paid");
+        elsewhere.idempotency_key = Some("order-42".into());
+        assert!(matches!(store.publish_event(&elsewhere, NOW).await.unwrap(), Published::Created { .. }));
+    }
+}
+
+on_both_backends! {
+    async fn concurrent_publishes_with_one_key_create_one_event(db) {
+        let store = db.storage.clone();
+        let s = space(store.as_ref(), Plan::Free).await;
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut e = event(s.id, "order.paid");
+                e.idempotency_key = Some("same".into());
+                store.publish_event(&e, NOW).await.unwrap()
+            }));
+        }
+        let mut created = 0;
+        let mut ids = std::collections::HashSet::new();
+        for t in tasks {
+            match t.await.unwrap() {
+                Published::Created { event_id, .. } => { created += 1; ids.insert(event_id); }
+                Published::Replayed { event_id, .. } => { ids.insert(event_id); }
+            }
+        }
+        assert_eq!(created, 1);
+        assert_eq!(ids.len(), 1, "every caller sees the same event");
+        assert_eq!(store.list_events(s.id, Page::first(10)).await.unwrap().len(), 1);
+    }
+}
+
+on_both_backends! {
+    async fn deliveries_page_newest_first_and_filter_by_each_field(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let d1 = destination(s.id, None, DestinationStatus::Active);
+        let d2 = destination(s.id, Some(&["b"]), DestinationStatus::Active);
+        store.create_destination(&d1).await.unwrap();
+        store.create_destination(&d2).await.unwrap();
+        for t in ["a", "b", "a", "b", "a"] {
+            store.publish_event(&event(s.id, t), NOW).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        let all = DeliveryFilter { space_id: Some(s.id), ..Default::default() };
+        let everything = store.list_deliveries(&all, Page::first(100)).await.unwrap();
+        assert_eq!(everything.len(), 7);
+        assert!(everything.windows(2).all(|w| w[0].id > w[1].id), "newest first");
+
+        // Keyset pages cover everything once.
+        let mut seen = Vec::new();
+        let mut page = Page::first(3);
+        loop {
+            let rows = store.list_deliveries(&all, page).await.unwrap();
+            if rows.is_empty() { break; }
+            page.before = Some(rows.last().unwrap().id);
+            seen.extend(rows.into_iter().map(|d| d.id));
+        }
+        assert_eq!(seen, everything.iter().map(|d| d.id).collect::<Vec<_>>());
+
+        let by_dest = DeliveryFilter { destination_id: Some(d2.id), ..all.clone() };
+        assert_eq!(store.list_deliveries(&by_dest, Page::first(100)).await.unwrap().len(), 2);
+        let by_type = DeliveryFilter { event_type: Some("a".into()), ..all.clone() };
+        assert_eq!(store.list_deliveries(&by_type, Page::first(100)).await.unwrap().len(), 3);
+        let by_status = DeliveryFilter { status: Some(DeliveryStatus::Failed), ..all.clone() };
+        assert!(store.list_deliveries(&by_status, Page::first(100)).await.unwrap().is_empty());
+        let by_class = DeliveryFilter { error_class: Some(ErrorClass::Timeout), ..all.clone() };
+        assert!(store.list_deliveries(&by_class, Page::first(100)).await.unwrap().is_empty());
+        let now = server::clock::now_ms();
+        let future = DeliveryFilter { since: Some(now + 60_000), ..all.clone() };
+        assert!(store.list_deliveries(&future, Page::first(100)).await.unwrap().is_empty());
+        let past = DeliveryFilter { until: Some(now + 60_000), since: Some(now - 60_000), ..all.clone() };
+        assert_eq!(store.list_deliveries(&past, Page::first(100)).await.unwrap().len(), 7);
+        // Another space sees none of them.
+        let other = space(store, Plan::Free).await;
+        let theirs = DeliveryFilter { space_id: Some(other.id), ..Default::default() };
+        assert!(store.list_deliveries(&theirs, Page::first(100)).await.unwrap().is_empty());
+        assert!(store.list_attempts(everything[0].id).await.unwrap().is_empty());
+        assert_eq!(store.get_delivery(everything[0].id).await.unwrap(), everything[0]);
+    }
+}
+
+on_both_backends! {
+    async fn users_are_found_by_email_and_emails_are_unique(db) {
+        let store = db.storage.as_ref();
+        assert_eq!(store.count_users().await.unwrap(), 0);
+        let user = User {
+            id: UserId::new(),
+            email: "ops@example.com".into(),
+            password_hash: "$argon2id$fake".into(),
+            role: Role::Support,
+            created_at: NOW,
+            disabled_at: None,
+        };
+        store.create_user(&user).await.unwrap();
+        assert_eq!(store.find_user_by_email("ops@example.com").await.unwrap(), user);
+        assert_eq!(store.get_user(user.id).await.unwrap(), user);
+        let twin = User { id: UserId::new(), ..user.clone() };
+        assert!(matches!(store.create_user(&twin).await, Err(StorageError::Conflict(_))));
+        assert_eq!(store.count_users().await.unwrap(), 1);
+        assert_eq!(store.list_users().await.unwrap(), vec![user]);
+    }
+}
+
+on_both_backends! {
+    async fn notifications_are_listed_unread_first_and_marked_read(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let mut made = Vec::new();
+        for i in 0..3 {
+            let n = Notification {
+                id: NotificationId::new(),
+                space_id: Some(s.id),
+                kind: "destination.disabled".into(),
+                subject_kind: Some("destination".into()),
+                subject_id: Some(format!("dst_{i}")),
+                message: format!("Destination {i} was disabled after 100 failed deliveries in a row"),
+                created_at: NOW + i,
+                read_at: None,
+            };
+            store.create_notification(&n).await.unwrap();
+            made.push(n);
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert_eq!(store.count_unread_notifications().await.unwrap(), 3);
+        store.mark_notification_read(made[1].id, NOW + 10).await.unwrap();
+        assert_eq!(store.count_unread_notifications().await.unwrap(), 2);
+        let unread = store.list_notifications(true, Page::first(10)).await.unwrap();
+        assert_eq!(unread.iter().map(|n| n.id).collect::<Vec<_>>(), vec![made[2].id, made[0].id]);
+        let all = store.list_notifications(false, Page::first(10)).await.unwrap();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[1].read_at, Some(NOW + 10));
+        assert!(matches!(store.mark_notification_read(NotificationId::new(), NOW).await, Err(StorageError::NotFound)));
+    }
+}
+
+on_both_backends! {
+    async fn incoming_webhooks_and_bots_are_stored_with_token_hashes(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Enterprise).await;
+        let channel = Channel { id: ChannelId::new(), space_id: s.id, name: "alerts".into(), created_at: NOW };
+        store.create_channel(&channel).await.unwrap();
+        let hook = IncomingWebhook {
+            id: IncomingWebhookId::new(),
+            space_id: s.id,
+            channel_id: channel.id,
+            name: "Grafana".into(),
+            token_hash: "th".into(),
+            signing_secret: Some("whsec_abc".into()),
+            status: IncomingWebhookStatus::Active,
+            consecutive_failures: 0,
+            created_at: NOW,
+            updated_at: NOW,
+            disabled_at: None,
+        };
+        store.create_incoming_webhook(&hook).await.unwrap();
+        assert_eq!(store.get_incoming_webhook(hook.id).await.unwrap(), hook);
+        assert_eq!(store.list_incoming_webhooks(s.id).await.unwrap(), vec![hook]);
+
+        let bot = Bot { id: BotId::new(), space_id: s.id, name: "deploy-bot".into(), token_hash: "bh".into(), created_at: NOW, revoked_at: None };
+        store.create_bot(&bot).await.unwrap();
+        assert_eq!(store.find_bot("bh").await.unwrap(), bot);
+        assert!(matches!(store.find_bot("nope").await, Err(StorageError::NotFound)));
+        assert_eq!(store.list_bots(s.id).await.unwrap().len(), 1);
+        assert!(store.list_messages(channel.id, Page::first(10)).await.unwrap().is_empty());
+    }
+}
+
+on_both_backends! {
+    async fn migrations_can_run_again_on_a_migrated_database(db) {
+        db.storage.migrate().await.unwrap();
+        db.storage.ping().await.unwrap();
+    }
+}
