@@ -16,6 +16,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod console;
+pub mod dispatch;
 pub mod domain;
 pub mod http;
 pub mod startup;

@@ -1,0 +1,11 @@
+//! The outgoing-webhook dispatch engine (SPEC §2).
+//!
+//! Pure rules, each tested next to it: [`retry`] (schedule and retryability),
+//! [`retry_after`] (parsing the receiver's Retry-After), [`signing`] (Standard
+//! Webhooks), [`ssrf`] (which addresses may be called), [`classify`] (error classes).
+
+pub mod classify;
+pub mod retry;
+pub mod retry_after;
+pub mod signing;
+pub mod ssrf;
