@@ -42,6 +42,13 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    // Effects run only in the browser, once hydrated: mark the page so tests (and
+    // styles) can tell a live page from server-rendered HTML.
+    Effect::new(|_| {
+        if let Some(body) = document().body() {
+            let _ = body.set_attribute("data-hydrated", "true");
+        }
+    });
     view! {
         <Stylesheet id="partyflow" href="/pkg/partyflow.css"/>
         <Title text="PartyFlow Hooks"/>
