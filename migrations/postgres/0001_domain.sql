@@ -106,7 +106,7 @@ CREATE TABLE deliveries (
     finished_at      BIGINT
 );
 -- The engine: due deliveries in order, and leases to reclaim after a crash.
-CREATE INDEX deliveries_due ON deliveries (next_attempt_at) WHERE status IN ('pending', 'retrying') AND NOT paused;
+CREATE INDEX deliveries_due ON deliveries (next_attempt_at) WHERE status IN ('pending', 'retrying') AND paused = FALSE;
 CREATE INDEX deliveries_leased ON deliveries (lease_expires_at) WHERE status = 'sending';
 -- The console and the API: newest first, by each filter.
 CREATE INDEX deliveries_by_space ON deliveries (space_id, id);

@@ -28,6 +28,56 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Mark session cookies `Secure` (set when serving over HTTPS).
     pub secure_cookies: bool,
+    /// The dispatch engine (`[dispatch]`, or `PARTYFLOW_DISPATCH__…`).
+    pub dispatch: DispatchConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatchConfig {
+    /// Run the engine in this process (off for API-only instances).
+    pub enabled: bool,
+    /// Attempts in flight at once in this process.
+    pub concurrency: usize,
+    /// On shutdown, how long in-flight attempts may finish before they are cut short.
+    pub shutdown_grace_seconds: u64,
+    /// Added to a destination's timeout to make the lease of a claimed delivery.
+    pub lease_margin_seconds: u64,
+    /// The longest idle sleep between looks at the queue.
+    pub idle_poll_ms: u64,
+    /// Dead-lettered deliveries in a row that disable a destination (SPEC §2.6).
+    pub auto_disable_after: i64,
+    /// Streak lengths at which admins get an early warning.
+    pub auto_disable_warn_at: Vec<i64>,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            concurrency: 64,
+            shutdown_grace_seconds: 10,
+            lease_margin_seconds: 15,
+            idle_poll_ms: 1000,
+            auto_disable_after: 100,
+            auto_disable_warn_at: vec![50, 90],
+        }
+    }
+}
+
+impl DispatchConfig {
+    pub fn settings(&self) -> crate::dispatch::engine::Settings {
+        crate::dispatch::engine::Settings {
+            concurrency: self.concurrency.max(1),
+            lease_margin: std::time::Duration::from_secs(self.lease_margin_seconds),
+            shutdown_grace: std::time::Duration::from_secs(self.shutdown_grace_seconds),
+            idle_poll: std::time::Duration::from_millis(self.idle_poll_ms.max(10)),
+            auto_disable: crate::domain::AutoDisable {
+                after: self.auto_disable_after.max(1),
+                warn_at: self.auto_disable_warn_at.clone(),
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +98,7 @@ impl Default for Config {
             session_idle_minutes: 12 * 60,
             max_body_bytes: 1024 * 1024,
             secure_cookies: false,
+            dispatch: DispatchConfig::default(),
         }
     }
 }

@@ -24,6 +24,8 @@ use crate::storage::{self, Storage};
 #[derive(Clone)]
 pub struct AppState {
     pub storage: Arc<dyn Storage>,
+    /// Wakes the dispatch engine after new deliveries are written.
+    pub wake: Arc<tokio::sync::Notify>,
     pub console: SharedBackend,
     pub leptos_options: LeptosOptions,
     pub config: Arc<Config>,
@@ -65,8 +67,18 @@ pub async fn run(
     let sessions = AnyStore::for_storage(storage.as_ref()).await.context("creating the session store")?;
     let cleanup = tokio::spawn(sessions.clone().delete_expired_every(Duration::from_secs(300)));
 
+    let network = crate::dispatch::ssrf::NetworkPolicy::parse(&config.allow_networks)
+        .map_err(|e| anyhow::anyhow!("PARTYFLOW_ALLOW_NETWORKS: {e}"))?;
+    let engine = Arc::new(crate::dispatch::engine::Engine::new(
+        storage.clone(),
+        network,
+        config.dispatch.settings(),
+    )?);
+    let engine_task = config.dispatch.enabled.then(|| tokio::spawn(engine.clone().run(shutdown.clone())));
+
     let state = AppState {
         console: Arc::new(console::Backend::new(storage.clone())),
+        wake: engine.waker(),
         storage,
         leptos_options: leptos_options(&config, addr),
         config: Arc::new(config.clone()),
@@ -85,6 +97,9 @@ pub async fn run(
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
         .context("serving HTTP")?;
+    if let Some(task) = engine_task {
+        let _ = task.await;
+    }
     cleanup.abort();
     tracing::info!("stopped");
     Ok(())
@@ -115,7 +130,8 @@ fn router(state: AppState) -> Router {
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
         .layer(axum::middleware::from_fn_with_state(state.clone(), console::require_login));
 
-    Router::new().merge(http::router()).merge(console).with_state(state)
+    let max_body = state.config.max_body_bytes;
+    Router::new().merge(http::router(max_body)).merge(console).with_state(state)
 }
 
 async fn wait_for_signal() {

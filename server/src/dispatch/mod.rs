@@ -5,7 +5,10 @@
 //! Webhooks), [`ssrf`] (which addresses may be called), [`classify`] (error classes).
 
 pub mod classify;
+pub mod engine;
+pub mod jq;
 pub mod retry;
 pub mod retry_after;
 pub mod signing;
+pub mod transform;
 pub mod ssrf;

@@ -215,3 +215,55 @@ pub struct Notification {
     pub created_at: UnixMs,
     pub read_at: Option<UnixMs>,
 }
+
+/// When a destination is switched off for failing (SPEC §2.6): after `after`
+/// dead-lettered deliveries in a row, with early warnings for admins at `warn_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoDisable {
+    pub after: i64,
+    pub warn_at: Vec<i64>,
+}
+
+impl Default for AutoDisable {
+    fn default() -> Self {
+        Self { after: 100, warn_at: vec![50, 90] }
+    }
+}
+
+/// What a destination's dead-letter streak calls for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreakStep {
+    Nothing,
+    Warn,
+    Disable,
+}
+
+impl AutoDisable {
+    /// The step for a streak that has just reached `consecutive` dead-letters.
+    pub fn step(&self, consecutive: i64) -> StreakStep {
+        if consecutive == self.after {
+            StreakStep::Disable
+        } else if consecutive < self.after && self.warn_at.contains(&consecutive) {
+            StreakStep::Warn
+        } else {
+            StreakStep::Nothing
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_destination_is_disabled_at_exactly_the_hundredth_dead_letter_with_warnings_before() {
+        let rule = AutoDisable::default();
+        assert_eq!(rule.step(1), StreakStep::Nothing);
+        assert_eq!(rule.step(50), StreakStep::Warn);
+        assert_eq!(rule.step(90), StreakStep::Warn);
+        assert_eq!(rule.step(99), StreakStep::Nothing);
+        assert_eq!(rule.step(100), StreakStep::Disable);
+        // Past the threshold (already disabled) nothing more happens.
+        assert_eq!(rule.step(101), StreakStep::Nothing);
+    }
+}

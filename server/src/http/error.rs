@@ -17,6 +17,9 @@ pub enum ApiError {
     Conflict { code: &'static str, message: String },
     #[error("missing or invalid API key")]
     Unauthorized,
+    /// Any other status with its own code.
+    #[error("{message}")]
+    Status { status: StatusCode, code: &'static str, message: String },
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
@@ -32,6 +35,7 @@ impl ApiError {
             ApiError::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Status { status, code, .. } => (*status, code),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }

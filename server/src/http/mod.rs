@@ -11,11 +11,11 @@ use crate::startup::AppState;
 pub mod error;
 pub mod v1;
 
-pub fn router() -> Router<AppState> {
+pub fn router(max_body_bytes: usize) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .nest("/v1", v1::router())
+        .nest("/v1", v1::router(max_body_bytes))
 }
 
 /// The process is up.

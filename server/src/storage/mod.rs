@@ -102,6 +102,39 @@ pub enum Published {
     Replayed { event_id: EventId, deliveries: i64, request_hash: String },
 }
 
+/// How an attempt ends, as the engine decided (SPEC §2.1–2.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextStep {
+    Succeeded,
+    Retry { at: UnixMs },
+    /// Dead-lettered: attempts exhausted or a failure that is not retried.
+    DeadLetter,
+    /// Cut short on our side (crash, shutdown): retried at `retry_at` without
+    /// using up an attempt (SPEC D3).
+    Lost { retry_at: UnixMs },
+}
+
+/// One finished attempt of a claimed delivery, to record in one transaction.
+#[derive(Debug, Clone)]
+pub struct FinishedAttempt {
+    pub attempt: Attempt,
+    pub destination_id: DestinationId,
+    pub next: NextStep,
+    /// Recovery of a crashed claim: apply only if the lease expired before this time.
+    pub only_if_lease_expired_before: Option<UnixMs>,
+}
+
+/// What recording an attempt changed besides the delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FinishEffects {
+    /// False when the delivery was no longer claimed (another worker recovered it).
+    pub applied: bool,
+    /// The destination's dead-letter streak after this attempt, when it grew.
+    pub dead_letter_streak: Option<i64>,
+    pub destination_disabled: bool,
+    pub warned: bool,
+}
+
 /// Everything the server keeps, behind one interface for both backends.
 ///
 /// Every method is a single transaction: it either happens entirely or not at all.
@@ -146,6 +179,35 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn create_destination(&self, destination: &Destination) -> Result<()>;
     async fn get_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<Destination>;
     async fn list_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>>;
+
+    async fn update_destination(&self, destination: &Destination) -> Result<()>;
+    async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()>;
+    /// Enables or disables a destination. Disabling pauses its waiting deliveries; enabling
+    /// resumes them and resets the dead-letter streak (SPEC D6).
+    async fn set_destination_status(
+        &self,
+        space_id: SpaceId,
+        id: DestinationId,
+        status: DestinationStatus,
+        reason: Option<&str>,
+        now: UnixMs,
+    ) -> Result<Destination>;
+    /// Waiting deliveries of a destination that are paused (resume on re-enable).
+    async fn count_paused(&self, destination_id: DestinationId) -> Result<i64>;
+
+    // The dispatch engine.
+    /// Atomically moves up to `limit` due deliveries to `sending` under a lease of the
+    /// destination's timeout plus `lease_margin_ms`, and returns them.
+    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>>;
+    /// When the earliest waiting, unpaused delivery is due.
+    async fn next_due_at(&self) -> Result<Option<UnixMs>>;
+    /// Claims whose lease ran out (their worker crashed or was killed).
+    async fn expired_claims(&self, now: UnixMs, limit: i64) -> Result<Vec<Delivery>>;
+    /// Records an attempt and its consequences: the delivery's new state, the
+    /// destination's dead-letter streak, auto-disable and admin notifications.
+    async fn finish_attempt(&self, finished: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects>;
+    /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
+    async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
 
     // Deliveries and attempts.
     async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery>;

@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::{rows, shared, Backend, DeliveryFilter, NewEvent, Page, Published, Result, StorageError};
+use super::{
+    rows, shared, Backend, DeliveryFilter, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
+    StorageError,
+};
 use crate::domain::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -36,6 +39,27 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>> {
+        // SKIP LOCKED: concurrent workers (of any instance) take disjoint rows without waiting.
+        let sql = format!(
+            "UPDATE deliveries SET status = 'sending', updated_at = $1, \
+               lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations d \
+                                                    WHERE d.id = deliveries.destination_id) \
+             WHERE id IN (SELECT id FROM deliveries \
+                          WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
+                          ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+             RETURNING {}",
+            shared::DELIVERY
+        );
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+            .bind(now)
+            .bind(limit)
+            .bind(lease_margin_ms)
+            .fetch_all(&self.pool)
+            .await?;
+        rows::convert_all(rows)
     }
 
     async fn migrate(&self) -> Result<()> {

@@ -344,6 +344,280 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
+            async fn update_destination(&self, d: &Destination) -> Result<()> {
+                let event_types = d
+                    .event_types
+                    .as_ref()
+                    .map(|t| serde_json::Value::from(t.clone()).to_string());
+                let done = sqlx::query(
+                    "UPDATE destinations SET url = $1, description = $2, event_types = $3, secret = $4, \
+                     previous_secret = $5, previous_secret_expires_at = $6, rate_limit_count = $7, \
+                     rate_limit_period = $8, max_attempts = $9, timeout_seconds = $10, retry_policy = $11, \
+                     transformation = $12, updated_at = $13 WHERE id = $14 AND space_id = $15",
+                )
+                .bind(&d.url)
+                .bind(&d.description)
+                .bind(event_types)
+                .bind(&d.secret)
+                .bind(&d.previous_secret)
+                .bind(d.previous_secret_expires_at)
+                .bind(d.rate_limit.map(|r| i64::from(r.count)))
+                .bind(d.rate_limit.map(|r| r.period.as_str()))
+                .bind(d.max_attempts)
+                .bind(d.timeout_seconds)
+                .bind(d.retry_policy.to_string())
+                .bind(&d.transformation)
+                .bind(d.updated_at)
+                .bind(d.id.to_string())
+                .bind(d.space_id.to_string())
+                .execute(&self.pool)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
+            async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()> {
+                let done = sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
+            async fn set_destination_status(
+                &self,
+                space_id: SpaceId,
+                id: DestinationId,
+                status: DestinationStatus,
+                reason: Option<&str>,
+                now: UnixMs,
+            ) -> Result<Destination> {
+                let mut tx = self.pool.begin().await?;
+                let done = sqlx::query(
+                    "UPDATE destinations SET status = $1, disabled_reason = $2, updated_at = $3, \
+                     consecutive_dead_letters = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_dead_letters END \
+                     WHERE id = $4 AND space_id = $5",
+                )
+                .bind(status.as_str())
+                .bind(if status == DestinationStatus::Active { None } else { reason })
+                .bind(now)
+                .bind(id.to_string())
+                .bind(space_id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                // Disabling pauses what waits; enabling resumes it at once (the receiver is
+                // presumably fixed), without losing anything (SPEC D6).
+                sqlx::query(
+                    "UPDATE deliveries SET paused = $1, updated_at = $2, \
+                       next_attempt_at = CASE WHEN $1 THEN next_attempt_at ELSE $2 END \
+                     WHERE destination_id = $3 AND status IN ('pending', 'retrying') AND paused <> $1",
+                )
+                .bind(status == DestinationStatus::Inactive)
+                .bind(now)
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                let sql = format!("SELECT {} FROM destinations WHERE id = $1", shared::DESTINATION);
+                let row = sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                    .bind(id.to_string())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                row.try_into()
+            }
+
+            async fn count_paused(&self, destination_id: DestinationId) -> Result<i64> {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM deliveries WHERE destination_id = $1 \
+                     AND status IN ('pending', 'retrying') AND paused = TRUE",
+                )
+                .bind(destination_id.to_string())
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(n)
+            }
+
+            async fn next_due_at(&self) -> Result<Option<UnixMs>> {
+                let (at,): (Option<i64>,) = sqlx::query_as(
+                    "SELECT MIN(next_attempt_at) FROM deliveries \
+                     WHERE status IN ('pending', 'retrying') AND paused = FALSE",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(at)
+            }
+
+            async fn expired_claims(&self, now: UnixMs, limit: i64) -> Result<Vec<Delivery>> {
+                let sql = format!(
+                    "SELECT {} FROM deliveries WHERE status = 'sending' AND lease_expires_at < $1 \
+                     ORDER BY lease_expires_at LIMIT $2",
+                    shared::DELIVERY
+                );
+                let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn finish_attempt(&self, f: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects> {
+                let a = &f.attempt;
+                let mut tx = self.pool.begin().await?;
+                // The delivery first: it is the guard (still ours?) and, on SQLite, takes the write lock.
+                let (status, used, next_at, finished_at) = match f.next {
+                    NextStep::Succeeded => (DeliveryStatus::Succeeded, 1_i64, None, Some(now)),
+                    NextStep::Retry { at } => (DeliveryStatus::Retrying, 1, Some(at), None),
+                    NextStep::DeadLetter => (DeliveryStatus::Failed, 1, None, Some(now)),
+                    NextStep::Lost { retry_at } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
+                };
+                let done = sqlx::query(
+                    "UPDATE deliveries SET \
+                       status = CASE WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
+                       attempts = attempts + $2, next_attempt_at = $3, lease_expires_at = NULL, \
+                       last_error_class = $4, last_status_code = $5, updated_at = $6, finished_at = $7 \
+                     WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9)",
+                )
+                .bind(status.as_str())
+                .bind(used)
+                .bind(next_at)
+                .bind(a.error_class.map(|c| c.as_str()))
+                .bind(a.response_status)
+                .bind(now)
+                .bind(finished_at)
+                .bind(a.delivery_id.to_string())
+                .bind(f.only_if_lease_expired_before)
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    return Ok(FinishEffects::default());
+                }
+                sqlx::query(
+                    "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
+                     request_url, request_headers, request_body, response_status, response_headers, response_body, \
+                     error_class, error_message) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                )
+                .bind(a.id.to_string())
+                .bind(a.delivery_id.to_string())
+                .bind(a.space_id.to_string())
+                .bind(a.attempt_number)
+                .bind(a.started_at)
+                .bind(a.duration_ms)
+                .bind(&a.request_url)
+                .bind(a.request_headers.to_string())
+                .bind(&a.request_body)
+                .bind(a.response_status)
+                .bind(a.response_headers.as_ref().map(|h| h.to_string()))
+                .bind(&a.response_body)
+                .bind(a.error_class.map(|c| c.as_str()))
+                .bind(&a.error_message)
+                .execute(&mut *tx)
+                .await?;
+
+                let mut effects = FinishEffects { applied: true, ..Default::default() };
+                let dst = f.destination_id.to_string();
+                match f.next {
+                    NextStep::Succeeded => {
+                        sqlx::query(
+                            "UPDATE destinations SET consecutive_dead_letters = 0 \
+                             WHERE id = $1 AND consecutive_dead_letters <> 0",
+                        )
+                        .bind(&dst)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    NextStep::DeadLetter => {
+                        let (streak, url, status): (i64, String, String) = sqlx::query_as(
+                            "UPDATE destinations SET consecutive_dead_letters = consecutive_dead_letters + 1 \
+                             WHERE id = $1 RETURNING consecutive_dead_letters, url, status",
+                        )
+                        .bind(&dst)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        effects.dead_letter_streak = Some(streak);
+                        let active = status == DestinationStatus::Active.as_str();
+                        let step = if active { rule.step(streak) } else { StreakStep::Nothing };
+                        let message = match step {
+                            StreakStep::Nothing => None,
+                            StreakStep::Warn => {
+                                effects.warned = true;
+                                Some(("destination.failing", format!(
+                                    "Destination {url} has dead-lettered {streak} deliveries in a row; \
+                                     it will be disabled at {}.", rule.after
+                                )))
+                            }
+                            StreakStep::Disable => {
+                                effects.destination_disabled = true;
+                                let reason = format!("{streak} dead-lettered deliveries in a row");
+                                sqlx::query(
+                                    "UPDATE destinations SET status = 'inactive', disabled_reason = $1, updated_at = $2 \
+                                     WHERE id = $3",
+                                )
+                                .bind(&reason)
+                                .bind(now)
+                                .bind(&dst)
+                                .execute(&mut *tx)
+                                .await?;
+                                sqlx::query(
+                                    "UPDATE deliveries SET paused = TRUE, updated_at = $1 \
+                                     WHERE destination_id = $2 AND status IN ('pending', 'retrying')",
+                                )
+                                .bind(now)
+                                .bind(&dst)
+                                .execute(&mut *tx)
+                                .await?;
+                                Some(("destination.disabled", format!(
+                                    "Destination {url} was disabled after {reason}. New events are not \
+                                     delivered to it; waiting deliveries are paused until an admin re-enables it."
+                                )))
+                            }
+                        };
+                        if let Some((kind, message)) = message {
+                            sqlx::query(
+                                "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
+                                 VALUES ($1, $2, $3, 'destination', $4, $5, $6)",
+                            )
+                            .bind(NotificationId::new().to_string())
+                            .bind(a.space_id.to_string())
+                            .bind(kind)
+                            .bind(&dst)
+                            .bind(message)
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                    }
+                    NextStep::Retry { .. } | NextStep::Lost { .. } => {}
+                }
+                tx.commit().await?;
+                Ok(effects)
+            }
+
+            async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {
+                sqlx::query(
+                    "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
+                     lease_expires_at = NULL, paused = $1, next_attempt_at = $2, updated_at = $2 \
+                     WHERE id = $3 AND status = 'sending'",
+                )
+                .bind(pause)
+                .bind(now)
+                .bind(id.to_string())
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
             async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery> {
                 let sql = format!("SELECT {} FROM deliveries WHERE id = $1", shared::DELIVERY);
                 sqlx::query_as::<_, rows::DeliveryRow>(&sql)

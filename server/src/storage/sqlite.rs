@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-use super::{rows, shared, Backend, DeliveryFilter, NewEvent, Page, Published, Result, StorageError};
+use super::{
+    rows, shared, Backend, DeliveryFilter, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
+    StorageError,
+};
 use crate::domain::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -51,6 +54,27 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
 
     fn as_any(&self) -> &dyn std::any::Any {
         self
+    }
+
+    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>> {
+        // One atomic statement: SQLite has a single writer, so no two workers can take the same row.
+        let sql = format!(
+            "UPDATE deliveries SET status = 'sending', updated_at = $1, \
+               lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations d \
+                                                    WHERE d.id = deliveries.destination_id) \
+             WHERE id IN (SELECT id FROM deliveries \
+                          WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
+                          ORDER BY next_attempt_at LIMIT $2) \
+             RETURNING {}",
+            shared::DELIVERY
+        );
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+            .bind(now)
+            .bind(limit)
+            .bind(lease_margin_ms)
+            .fetch_all(&self.pool)
+            .await?;
+        rows::convert_all(rows)
     }
 
     async fn migrate(&self) -> Result<()> {

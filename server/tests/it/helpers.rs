@@ -19,7 +19,7 @@ pub enum Db {
 pub struct TestDb {
     pub url: String,
     pub storage: Arc<dyn Storage>,
-    _dir: Option<tempfile::TempDir>,
+    pub _dir: Option<tempfile::TempDir>,
 }
 
 /// A fresh database of the given kind, or `None` when PostgreSQL is not available
@@ -79,6 +79,9 @@ pub struct TestApp {
     pub addr: SocketAddr,
     pub db_url: String,
     pub storage: Arc<dyn Storage>,
+    /// Set by [`TestApp::with_space`].
+    pub api_key: Option<String>,
+    pub space: Option<String>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -86,6 +89,75 @@ pub struct TestApp {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// Creates a space with an API key for the API helpers below.
+    pub async fn with_space(mut self) -> Self {
+        let created = server::admin::create_space(self.storage.as_ref(), "Test space", server::domain::Plan::Enterprise)
+            .await
+            .unwrap();
+        self.api_key = Some(created.api_key);
+        self.space = Some(created.space.id.to_string());
+        self
+    }
+
+    /// `/v1/projects/{space}` + `path`.
+    pub fn api(&self, path: &str) -> String {
+        self.url(&format!("/v1/projects/{}{}", self.space.as_ref().unwrap(), path))
+    }
+
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let resp = reqwest::Client::new()
+            .post(self.api(path))
+            .bearer_auth(self.api_key.as_ref().unwrap())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        let resp = reqwest::Client::new()
+            .get(self.api(path))
+            .bearer_auth(self.api_key.as_ref().unwrap())
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// Creates a destination and returns its JSON (with `secret`).
+    pub async fn destination(&self, body: serde_json::Value) -> serde_json::Value {
+        let (status, json) = self.post("/destinations", body).await;
+        assert_eq!(status, 201, "{json}");
+        json
+    }
+
+    /// Publishes an event and returns its ID.
+    pub async fn publish(&self, event_type: &str, payload: serde_json::Value) -> String {
+        let (status, json) = self.post("/events", serde_json::json!({"type": event_type, "payload": payload})).await;
+        assert_eq!(status, 202, "{json}");
+        json["id"].as_str().unwrap().to_owned()
+    }
+
+    /// The deliveries of an event, newest first.
+    pub async fn deliveries_of(&self, event_id: &str) -> Vec<serde_json::Value> {
+        let (status, json) = self.get("/deliveries?limit=250").await;
+        assert_eq!(status, 200, "{json}");
+        json["data"].as_array().unwrap().iter().filter(|d| d["eventId"] == event_id).cloned().collect()
+    }
+
+    /// Waits until the one delivery of `event_id` reaches `status`, and returns it with its attempts.
+    pub async fn wait_for_delivery(&self, event_id: &str, status: &str) -> serde_json::Value {
+        let id = eventually(30, || async {
+            let ds = self.deliveries_of(event_id).await;
+            (ds.len() == 1 && ds[0]["status"] == status).then(|| ds[0]["id"].as_str().unwrap().to_owned())
+        })
+        .await;
+        self.get(&format!("/deliveries/{id}")).await.1
     }
 
     /// Stops the server and waits for it to finish.
@@ -96,9 +168,15 @@ impl TestApp {
 }
 
 pub fn test_config(db_url: &str) -> Config {
+    let mut dispatch = server::config::DispatchConfig::default();
+    dispatch.idle_poll_ms = 200;
+    dispatch.shutdown_grace_seconds = 2;
     Config {
         database_url: db_url.to_owned(),
         listen: "127.0.0.1:0".parse().unwrap(),
+        // Test receivers live on loopback.
+        allow_networks: "127.0.0.0/8,::1/128".into(),
+        dispatch,
         site_root: std::env::var("PARTYFLOW_TEST_SITE_ROOT")
             .map(Into::into)
             .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../site").into()),
@@ -108,21 +186,18 @@ pub fn test_config(db_url: &str) -> Config {
 
 /// Starts the real server on `db`.
 pub async fn spawn_app(db: &TestDb) -> TestApp {
-    spawn_app_with(db.url.clone(), db.storage.clone()).await
+    spawn_app_with_config(db, test_config(&db.url)).await
 }
 
-pub async fn spawn_app_with(db_url: String, storage: Arc<dyn Storage>) -> TestApp {
+/// Starts the real server on `db` with a changed configuration.
+pub async fn spawn_app_with_config(db: &TestDb, config: Config) -> TestApp {
+    let (db_url, storage) = (db.url.clone(), db.storage.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(server::startup::run(
-        test_config(&db_url),
-        storage.clone(),
-        listener,
-        shutdown.clone(),
-    ));
+    let task = tokio::spawn(server::startup::run(config, storage.clone(), listener, shutdown.clone()));
     wait_until_serving(addr).await;
-    TestApp { addr, db_url, storage, shutdown, task }
+    TestApp { addr, db_url, storage, shutdown, task, api_key: None, space: None }
 }
 
 /// Waits until the server at `addr` answers `/healthz`, so a test never races its start-up.
@@ -160,5 +235,122 @@ where
         }
         assert!(tokio::time::Instant::now() < deadline, "condition not met within {secs}s");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// What a [`Receiver`] answers to one request.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    pub delay: std::time::Duration,
+}
+
+impl Reply {
+    pub fn status(status: u16) -> Self {
+        Reply { status, headers: Vec::new(), body: String::new(), delay: std::time::Duration::ZERO }
+    }
+    pub fn header(mut self, k: &str, v: &str) -> Self {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+    pub fn body(mut self, b: &str) -> Self {
+        self.body = b.into();
+        self
+    }
+    pub fn after(mut self, delay: std::time::Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+/// One request a [`Receiver`] got.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: axum::http::HeaderMap,
+    pub body: String,
+    pub at: std::time::Instant,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> String {
+        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default()
+    }
+}
+
+/// A real HTTP receiver on loopback: records every request and answers from a
+/// script (then with the default reply).
+#[derive(Clone)]
+pub struct Receiver {
+    pub addr: SocketAddr,
+    got: Arc<std::sync::Mutex<Vec<Received>>>,
+    script: Arc<std::sync::Mutex<std::collections::VecDeque<Reply>>>,
+    default: Arc<std::sync::Mutex<Reply>>,
+}
+
+impl Receiver {
+    pub async fn start() -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let r = Receiver {
+            addr: listener.local_addr().unwrap(),
+            got: Default::default(),
+            script: Default::default(),
+            default: Arc::new(std::sync::Mutex::new(Reply::status(200).body("ok"))),
+        };
+        let me = r.clone();
+        let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
+            let me = me.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+                me.got.lock().unwrap().push(Received {
+                    path: parts.uri.path().to_owned(),
+                    headers: parts.headers,
+                    body: String::from_utf8_lossy(&body).into_owned(),
+                    at: std::time::Instant::now(),
+                });
+                let reply = me.script.lock().unwrap().pop_front().unwrap_or_else(|| me.default.lock().unwrap().clone());
+                tokio::time::sleep(reply.delay).await;
+                let mut resp = axum::response::Response::new(axum::body::Body::from(reply.body));
+                *resp.status_mut() = axum::http::StatusCode::from_u16(reply.status).unwrap();
+                for (k, v) in reply.headers {
+                    resp.headers_mut().insert(
+                        axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                        axum::http::HeaderValue::from_str(&v).unwrap(),
+                    );
+                }
+                resp
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        r
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Answers the next requests with these replies, in order.
+    pub fn script(&self, replies: impl IntoIterator<Item = Reply>) {
+        self.script.lock().unwrap().extend(replies);
+    }
+
+    pub fn set_default(&self, reply: Reply) {
+        *self.default.lock().unwrap() = reply;
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `n` requests arrived.
+    pub async fn wait_for(&self, n: usize) -> Vec<Received> {
+        eventually(30, || async {
+            let got = self.received();
+            (got.len() >= n).then_some(got)
+        })
+        .await
     }
 }

@@ -2,8 +2,10 @@
 //! Every storage and HTTP test runs against SQLite and, when the test command
 //! started one (`PARTYFLOW_TEST_POSTGRES_URL`), PostgreSQL.
 
+mod api;
 mod cli;
 mod console;
+mod dispatch;
 mod health;
 mod helpers;
 mod storage;

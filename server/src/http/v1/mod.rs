@@ -1,10 +1,23 @@
 //! The REST API for integrations (SPEC §5), under `/v1`. Each resource has its own
-//! module exposing `fn router() -> Router<AppState>`.
+//! module exposing `fn router() -> Router<AppState>`; every answer is JSON and every
+//! error is `{"code","message"}`.
 
+use axum::extract::DefaultBodyLimit;
 use axum::Router;
 
 use crate::startup::AppState;
 
-pub fn router() -> Router<AppState> {
-    Router::new().fallback(super::error::not_found)
+pub mod deliveries;
+pub mod destinations;
+pub mod events;
+pub mod extract;
+pub mod views;
+
+pub fn router(max_body_bytes: usize) -> Router<AppState> {
+    Router::new()
+        .merge(destinations::router())
+        .merge(events::router())
+        .merge(deliveries::router())
+        .fallback(super::error::not_found)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
 }

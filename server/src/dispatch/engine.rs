@@ -1,0 +1,462 @@
+//! The worker: claims due deliveries from the database, makes one attempt each,
+//! and records the outcome. Woken at once after ingest; otherwise sleeps until
+//! the next delivery is due. Durable by construction: every state lives in the
+//! database, so a crash loses at most the attempts in flight, which come back
+//! as `lost` when their lease expires (SPEC D3).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use rand::Rng as _;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::retry::{Decision, RetryPolicy};
+use super::jq as transform;
+use super::{classify, retry_after, signing, ssrf};
+use crate::clock::now_ms;
+use crate::domain::*;
+use crate::storage::{FinishedAttempt, NextStep, Storage, StorageError};
+
+/// The most of a response body kept in the attempt log.
+pub const RESPONSE_BODY_LIMIT: usize = 64 * 1024;
+/// How long a transformation may run.
+const TRANSFORM_LIMIT: Duration = Duration::from_secs(1);
+
+/// How the engine runs; from `[dispatch]` in the configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Attempts in flight at once in this process.
+    pub concurrency: usize,
+    /// Added to a destination's timeout to make a claim's lease.
+    pub lease_margin: Duration,
+    /// On shutdown, how long in-flight attempts may finish before they are cut short.
+    pub shutdown_grace: Duration,
+    /// The longest sleep between looks at the queue when nothing is due (other
+    /// instances may add work this process is not told about).
+    pub idle_poll: Duration,
+    pub auto_disable: AutoDisable,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            concurrency: 64,
+            lease_margin: Duration::from_secs(15),
+            shutdown_grace: Duration::from_secs(10),
+            idle_poll: Duration::from_secs(1),
+            auto_disable: AutoDisable::default(),
+        }
+    }
+}
+
+pub struct Engine {
+    storage: Arc<dyn Storage>,
+    client: reqwest::Client,
+    network: Arc<ssrf::NetworkPolicy>,
+    wake: Arc<Notify>,
+    settings: Settings,
+    /// Compiled transformations by program text.
+    transforms: Mutex<HashMap<String, transform::Transform>>,
+}
+
+impl Engine {
+    pub fn new(storage: Arc<dyn Storage>, network: ssrf::NetworkPolicy, settings: Settings) -> anyhow::Result<Self> {
+        let network = Arc::new(network);
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            // A proxy would resolve names itself and bypass the SSRF guard.
+            .no_proxy()
+            .dns_resolver(Arc::new(ssrf::GuardedResolver::new(network.clone())))
+            .user_agent(concat!("PartyFlow-Hooks/", env!("CARGO_PKG_VERSION")))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build()?;
+        Ok(Self {
+            storage,
+            client,
+            network,
+            wake: Arc::new(Notify::new()),
+            settings,
+            transforms: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Call after writing new deliveries so they go out without waiting for a poll.
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    /// Runs until `shutdown`; then stops claiming, lets in-flight attempts finish for
+    /// the grace period, and records the rest as `lost` (retried at once on restart).
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let permits = Arc::new(Semaphore::new(self.settings.concurrency));
+        let tracker = TaskTracker::new();
+        let cut_short = CancellationToken::new();
+        let mut last_recovery = 0_i64;
+        tracing::info!(concurrency = self.settings.concurrency, "dispatch engine started");
+
+        while !shutdown.is_cancelled() {
+            let now = now_ms();
+            if now - last_recovery >= 1_000 {
+                last_recovery = now;
+                self.recover_expired(now).await;
+            }
+            let free = permits.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    p = permits.clone().acquire_owned() => drop(p),
+                }
+                continue;
+            }
+            let margin = self.settings.lease_margin.as_millis() as i64;
+            match self.storage.claim_due(now, free.min(256) as i64, margin).await {
+                Ok(batch) if !batch.is_empty() => {
+                    for delivery in batch {
+                        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+                        let engine = self.clone();
+                        let cut = cut_short.clone();
+                        tracker.spawn(async move { engine.deliver(delivery, cut, permit).await });
+                    }
+                }
+                Ok(_) => self.idle(&shutdown).await,
+                Err(e) => {
+                    tracing::error!(error = %e, "claiming due deliveries failed");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+
+        tracker.close();
+        if tokio::time::timeout(self.settings.shutdown_grace, tracker.wait()).await.is_err() {
+            tracing::warn!(in_flight = tracker.len(), "shutdown grace over: cutting in-flight attempts short");
+            cut_short.cancel();
+            tracker.wait().await;
+        }
+        tracing::info!("dispatch engine stopped");
+    }
+
+    /// Sleeps until the next delivery is due, a wake-up, or shutdown.
+    async fn idle(&self, shutdown: &CancellationToken) {
+        let poll = self.settings.idle_poll;
+        let sleep = match self.storage.next_due_at().await {
+            Ok(Some(at)) => Duration::from_millis((at - now_ms()).clamp(0, poll.as_millis() as i64) as u64),
+            Ok(None) => poll,
+            Err(e) => {
+                tracing::error!(error = %e, "reading the next due time failed");
+                poll
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = self.wake.notified() => {}
+            _ = tokio::time::sleep(sleep) => {}
+        }
+    }
+
+    /// Claims whose lease ran out belong to a worker that died: record them as `lost`.
+    async fn recover_expired(&self, now: UnixMs) {
+        let expired = match self.storage.expired_claims(now, 500).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(error = %e, "looking for expired claims failed");
+                return;
+            }
+        };
+        for d in expired {
+            let attempt = lost_attempt(&d, now, "the attempt was cut short (the worker stopped) and its lease expired");
+            let finished = FinishedAttempt {
+                attempt,
+                destination_id: d.destination_id,
+                next: NextStep::Lost { retry_at: now },
+                only_if_lease_expired_before: Some(now),
+            };
+            match self.storage.finish_attempt(&finished, &self.settings.auto_disable, now).await {
+                Ok(e) if e.applied => tracing::warn!(delivery.id = %d.id, "recovered a lost attempt"),
+                Ok(_) => {}
+                Err(e) => tracing::error!(delivery.id = %d.id, error = %e, "recording a lost attempt failed"),
+            }
+        }
+    }
+
+    async fn deliver(self: Arc<Self>, d: Delivery, cut_short: CancellationToken, _permit: OwnedSemaphorePermit) {
+        if let Err(e) = self.try_deliver(&d, &cut_short).await {
+            tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
+        }
+    }
+
+    async fn try_deliver(&self, d: &Delivery, cut_short: &CancellationToken) -> Result<(), StorageError> {
+        let destination = match self.storage.get_destination(d.space_id, d.destination_id).await {
+            Ok(dst) => dst,
+            Err(StorageError::NotFound) => return Ok(()), // deleted with its deliveries
+            Err(e) => return Err(e),
+        };
+        if destination.status == DestinationStatus::Inactive {
+            return self.storage.release_claim(d.id, true, now_ms()).await;
+        }
+        let event = self.storage.get_event(d.space_id, d.event_id).await?;
+        let policy = RetryPolicy::parse(Some(&destination.retry_policy), Some(destination.max_attempts))
+            .unwrap_or_else(|e| {
+                tracing::error!(destination.id = %destination.id, error = %e, "stored retry policy is invalid; using the default");
+                RetryPolicy::parse(None, None).expect("the default policy is valid")
+            });
+
+        let started = now_ms();
+        let outcome = tokio::select! {
+            outcome = self.attempt(d, &destination, &event) => outcome,
+            _ = cut_short.cancelled() => {
+                let attempt = lost_attempt(d, started, "the attempt was cut short by a shutdown");
+                let finished = FinishedAttempt {
+                    attempt,
+                    destination_id: d.destination_id,
+                    next: NextStep::Lost { retry_at: now_ms() },
+                    only_if_lease_expired_before: None,
+                };
+                self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await?;
+                return Ok(());
+            }
+        };
+
+        let now = now_ms();
+        let attempts_made = (d.attempts + 1) as u32;
+        let next = match outcome.attempt.error_class {
+            None => NextStep::Succeeded,
+            Some(class) => {
+                let status = outcome.attempt.response_status.map(|s| s as u16);
+                let jitter = rand::thread_rng().gen::<f64>();
+                match policy.decide(attempts_made, class, status, outcome.retry_after_ms, jitter) {
+                    Decision::Retry { delay_ms } => NextStep::Retry { at: now + delay_ms as i64 },
+                    Decision::DeadLetter => NextStep::DeadLetter,
+                }
+            }
+        };
+        let finished = FinishedAttempt {
+            attempt: outcome.attempt,
+            destination_id: d.destination_id,
+            next,
+            only_if_lease_expired_before: None,
+        };
+        let effects = self.storage.finish_attempt(&finished, &self.settings.auto_disable, now).await?;
+        let a = &finished.attempt;
+        tracing::debug!(
+            delivery.id = %d.id,
+            destination.id = %d.destination_id,
+            attempt = attempts_made,
+            status = ?a.response_status,
+            error_class = ?a.error_class.map(|c| c.as_str()),
+            duration_ms = a.duration_ms,
+            next = ?finished.next,
+            "attempt recorded"
+        );
+        if effects.destination_disabled {
+            tracing::warn!(destination.id = %d.destination_id, "destination auto-disabled after a dead-letter streak");
+        }
+        Ok(())
+    }
+
+    fn transform(&self, program: &str) -> Result<transform::Transform, transform::TransformError> {
+        let mut cache = self.transforms.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = cache.get(program) {
+            return Ok(t.clone());
+        }
+        let t = transform::compile(program)?;
+        if cache.len() > 10_000 {
+            cache.clear();
+        }
+        cache.insert(program.to_owned(), t.clone());
+        Ok(t)
+    }
+
+    /// One HTTP attempt, never failing: every problem becomes an error class on the attempt.
+    async fn attempt(&self, d: &Delivery, destination: &Destination, event: &Event) -> AttemptOutcome {
+        let started = now_ms();
+        let clock = std::time::Instant::now();
+        let mut attempt = Attempt {
+            id: AttemptId::new(),
+            delivery_id: d.id,
+            space_id: d.space_id,
+            attempt_number: d.attempts + 1,
+            started_at: started,
+            duration_ms: 0,
+            request_url: destination.url.clone(),
+            request_headers: serde_json::json!({}),
+            request_body: String::new(),
+            response_status: None,
+            response_headers: None,
+            response_body: None,
+            error_class: None,
+            error_message: None,
+        };
+        let fail = |mut attempt: Attempt, class: ErrorClass, message: String| {
+            attempt.error_class = Some(class);
+            attempt.error_message = Some(message);
+            attempt.duration_ms = clock.elapsed().as_millis() as i64;
+            AttemptOutcome { attempt, retry_after_ms: None }
+        };
+
+        // The body: the payload, or what the destination's transformation makes of it.
+        let payload = match &destination.transformation {
+            None => event.payload.clone(),
+            Some(program) => {
+                let result = match self.transform(program) {
+                    Ok(t) => t.run_bounded(event.payload.clone(), TRANSFORM_LIMIT).await,
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(v) => v,
+                    Err(e) => {
+                        attempt.request_body = event.payload.to_string();
+                        return fail(attempt, ErrorClass::Transformation, e.to_string());
+                    }
+                }
+            }
+        };
+        let body = payload.to_string();
+        attempt.request_body = body.clone();
+
+        let url = match url::Url::parse(&destination.url) {
+            Ok(u) => u,
+            Err(e) => return fail(attempt, ErrorClass::Request, format!("invalid URL: {e}")),
+        };
+        match ssrf::check_url(&url, &self.network) {
+            Ok(()) => {}
+            Err(ssrf::UrlRejected::Blocked(b)) => return fail(attempt, ErrorClass::Blocked, b.to_string()),
+            Err(ssrf::UrlRejected::Invalid(why)) => return fail(attempt, ErrorClass::Request, why),
+        }
+
+        // Standard Webhooks headers; during a rotation, one signature per valid secret.
+        let msg_id = d.webhook_id();
+        let timestamp = started / 1000;
+        let mut secrets = vec![destination.secret.as_str()];
+        if let (Some(old), Some(until)) = (&destination.previous_secret, destination.previous_secret_expires_at) {
+            if until > started {
+                secrets.push(old.as_str());
+            }
+        }
+        let signature = match signing::signature_header(&secrets, &msg_id, timestamp, body.as_bytes()) {
+            Ok(s) => s,
+            Err(e) => return fail(attempt, ErrorClass::Request, format!("cannot sign: {e}")),
+        };
+        let headers = [
+            ("content-type", "application/json".to_owned()),
+            ("webhook-id", msg_id.clone()),
+            ("webhook-timestamp", timestamp.to_string()),
+            ("webhook-signature", signature),
+        ];
+        attempt.request_headers = serde_json::Value::Object(
+            headers.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.clone()))).collect(),
+        );
+        let mut request = self
+            .client
+            .post(url)
+            .timeout(Duration::from_secs(destination.timeout_seconds.clamp(1, 60) as u64))
+            .body(body);
+        for (k, v) in &headers {
+            request = request.header(*k, v);
+        }
+
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                let class = classify::classify_error(&e);
+                return fail(attempt, class, error_chain(&e));
+            }
+        };
+        let status = response.status().as_u16();
+        attempt.response_status = Some(i64::from(status));
+        attempt.response_headers = Some(serde_json::Value::Object(
+            response
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), serde_json::Value::from(String::from_utf8_lossy(v.as_bytes()).into_owned())))
+                .collect(),
+        ));
+        let retry_after_header = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = Vec::new();
+        let mut body_error = None;
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = RESPONSE_BODY_LIMIT - body.len();
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    if body.len() >= RESPONSE_BODY_LIMIT {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    body_error = Some(e);
+                    break;
+                }
+            }
+        }
+        attempt.response_body = Some(String::from_utf8_lossy(&body).into_owned());
+        attempt.duration_ms = clock.elapsed().as_millis() as i64;
+
+        match classify::classify_status(status) {
+            None => {
+                // A 2xx is a success even if the body was cut off.
+                AttemptOutcome { attempt, retry_after_ms: None }
+            }
+            Some(class) => {
+                let retry_after = retry_after::parse_retry_after(status, retry_after_header.as_deref(), &body, SystemTime::now())
+                    .map(|d| d.as_millis() as u64);
+                attempt.error_class = Some(class);
+                attempt.error_message = Some(match (class, body_error) {
+                    (ErrorClass::Redirect, _) => format!("answered {status}; redirects are not followed"),
+                    (_, Some(e)) => format!("answered {status}; reading the body failed: {}", error_chain(&e)),
+                    _ => format!("answered {status}"),
+                });
+                AttemptOutcome { attempt, retry_after_ms: retry_after }
+            }
+        }
+    }
+}
+
+struct AttemptOutcome {
+    attempt: Attempt,
+    retry_after_ms: Option<u64>,
+}
+
+fn lost_attempt(d: &Delivery, now: UnixMs, why: &str) -> Attempt {
+    Attempt {
+        id: AttemptId::new(),
+        delivery_id: d.id,
+        space_id: d.space_id,
+        attempt_number: d.attempts + 1,
+        started_at: now,
+        duration_ms: 0,
+        request_url: String::new(),
+        request_headers: serde_json::json!({}),
+        request_body: String::new(),
+        response_status: None,
+        response_headers: None,
+        response_body: None,
+        error_class: Some(ErrorClass::Lost),
+        error_message: Some(why.to_owned()),
+    }
+}
+
+/// An error with its causes, for the attempt log (support staff read it).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}

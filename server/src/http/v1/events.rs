@@ -1,0 +1,137 @@
+//! `/v1/projects/{project}/events`: publish (ingest atomic with fan-out), list, read.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::destinations::check_event_type;
+use super::extract::{ApiJson, Caller};
+use super::views::{EventView, PageOf};
+use crate::clock::now_ms;
+use crate::domain::*;
+use crate::http::error::ApiError;
+use crate::startup::AppState;
+use crate::storage::{NewEvent, Page, Published, StorageError};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/projects/{project}/events", post(publish).get(list))
+        .route("/projects/{project}/events/{id}", get(read))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PublishBody {
+    #[serde(rename = "type")]
+    event_type: String,
+    payload: Value,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Published202 {
+    id: EventId,
+    deliveries: i64,
+}
+
+/// Writes the event and its deliveries in one transaction, then answers 202: an
+/// event answered 2xx is on disk with every delivery it will ever get.
+async fn publish(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    ApiJson(body): ApiJson<PublishBody>,
+) -> Result<(StatusCode, Json<Published202>), ApiError> {
+    let space_id = caller.space(&project)?;
+    check_event_type(&body.event_type)?;
+    if let Some(key) = &body.idempotency_key {
+        if key.is_empty() || key.len() > 255 {
+            return Err(ApiError::invalid("invalid_idempotency_key", "idempotencyKey needs 1 to 255 characters"));
+        }
+    }
+    let payload_text = body.payload.to_string();
+    let request_hash = {
+        let mut h = Sha256::new();
+        h.update(body.event_type.as_bytes());
+        h.update([0]);
+        h.update(payload_text.as_bytes());
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    let now = now_ms();
+    let new = NewEvent {
+        event: Event { id: EventId::new(), space_id, event_type: body.event_type, payload: body.payload, created_at: now },
+        idempotency_key: body.idempotency_key,
+        request_hash: request_hash.clone(),
+    };
+    match state.storage.publish_event(&new, now).await? {
+        Published::Created { event_id, deliveries, .. } => {
+            if deliveries > 0 {
+                state.wake.notify_one();
+            }
+            Ok((StatusCode::ACCEPTED, Json(Published202 { id: event_id, deliveries })))
+        }
+        Published::Replayed { request_hash: first, .. } if first != request_hash => Err(ApiError::Conflict {
+            code: "idempotency_key_reused",
+            message: "this idempotencyKey was already used for a different event".into(),
+        }),
+        Published::Replayed { event_id, deliveries, .. } => {
+            Ok((StatusCode::ACCEPTED, Json(Published202 { id: event_id, deliveries })))
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListQuery {
+    #[serde(default)]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// `limit` between 1 and 250, 50 by default.
+pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    match limit {
+        None => Ok(50),
+        Some(l @ 1..=250) => Ok(l),
+        Some(l) => Err(ApiError::invalid("invalid_limit", format!("limit must be between 1 and 250, not {l}"))),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<PageOf<EventView>>, ApiError> {
+    let space_id = caller.space(&project)?;
+    let limit = page_limit(q.limit)?;
+    let before = q
+        .cursor
+        .map(|c| c.parse::<EventId>().map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave")))
+        .transpose()?;
+    let events = state.storage.list_events(space_id, Page { before, limit }).await?;
+    let next_cursor = (events.len() as i64 == limit).then(|| events.last().map(|e| e.id.to_string())).flatten();
+    Ok(Json(PageOf { data: events.iter().map(EventView::from).collect(), next_cursor }))
+}
+
+async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<Json<EventView>, ApiError> {
+    let space_id = caller.space(&project)?;
+    let not_found = || ApiError::NotFound(format!("no event {id:?}"));
+    let event_id: EventId = id.parse().map_err(|_| not_found())?;
+    match state.storage.get_event(space_id, event_id).await {
+        Ok(e) => Ok(Json(EventView::from(&e))),
+        Err(StorageError::NotFound) => Err(not_found()),
+        Err(e) => Err(e.into()),
+    }
+}

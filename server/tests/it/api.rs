@@ -1,0 +1,113 @@
+//! REST API errors and isolation: every failure is JSON `{"code","message"}` with the right status.
+
+use serde_json::json;
+
+use crate::helpers::spawn_app;
+use crate::on_both_backends;
+
+on_both_backends! {
+    async fn bad_requests_get_clear_json_errors(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let key = app.api_key.clone().unwrap();
+        let client = reqwest::Client::new();
+        let send = |path: &str, ct: &str, body: Vec<u8>| {
+            client.post(app.api(path)).bearer_auth(&key).header("content-type", ct.to_owned()).body(body).send()
+        };
+        let cases: Vec<(reqwest::Response, u16, &str)> = vec![
+            (send("/events", "application/json", b"{not json".to_vec()).await.unwrap(), 400, "malformed_json"),
+            (send("/events", "text/plain", b"{}".to_vec()).await.unwrap(), 415, "unsupported_media_type"),
+            (send("/events", "application/json", br#"{"type":"a","payload":{},"extra":1}"#.to_vec()).await.unwrap(), 422, "invalid_body"),
+            (send("/events", "application/json", br#"{"type":"bad type!","payload":{}}"#.to_vec()).await.unwrap(), 422, "invalid_event_type"),
+            (send("/events", "application/json", vec![b' '; 2 * 1024 * 1024]).await.unwrap(), 413, "body_too_large"),
+            (send("/destinations", "application/json", br#"{"url":"ftp://x"}"#.to_vec()).await.unwrap(), 422, "invalid_url"),
+            (send("/destinations", "application/json", br#"{"url":"https://x.example","maxAttempts":21}"#.to_vec()).await.unwrap(), 422, "invalid_retry_policy"),
+            (send("/destinations", "application/json", br#"{"url":"https://x.example","timeoutSeconds":0}"#.to_vec()).await.unwrap(), 422, "invalid_timeout"),
+        ];
+        for (resp, status, code) in cases {
+            assert_eq!(resp.status().as_u16(), status, "{code}");
+            let body: serde_json::Value = resp.json().await.unwrap();
+            assert_eq!(body["code"], code, "{body}");
+            assert!(!body["message"].as_str().unwrap().is_empty());
+        }
+        for path in ["/deliveries/dlv_nope", "/deliveries/not-an-id", "/events/evt_01jzzzzzzzzzzzzzzzzzzzzzzz", "/destinations/dst_x"] {
+            let (status, body) = app.get(path).await;
+            assert_eq!(status, 404, "{path}");
+            assert_eq!(body["code"], "not_found");
+        }
+        let anon = client.get(app.api("/deliveries")).send().await.unwrap();
+        assert_eq!(anon.status(), 401);
+        assert_eq!(anon.json::<serde_json::Value>().await.unwrap()["code"], "unauthorized");
+        let wrong = client.get(app.api("/deliveries")).bearer_auth("pfk_wrong").send().await.unwrap();
+        assert_eq!(wrong.status(), 401);
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn a_key_of_one_space_sees_and_touches_nothing_of_another(db) {
+        let a = spawn_app(&db).await.with_space().await;
+        let dst = a.destination(json!({"url": "https://a.example/hook"})).await;
+        let event = a.publish("x", json!({})).await;
+        let b = server::admin::create_space(db.storage.as_ref(), "B", server::domain::Plan::Free).await.unwrap();
+        let client = reqwest::Client::new();
+        let dst_id = dst["id"].as_str().unwrap();
+        let paths = [
+            format!("/v1/projects/{}/destinations/{dst_id}", a.space.as_ref().unwrap()),
+            format!("/v1/projects/{}/destinations/{dst_id}", b.space.id),
+            format!("/v1/projects/{}/events/{event}", a.space.as_ref().unwrap()),
+            format!("/v1/projects/{}/events/{event}", b.space.id),
+            format!("/v1/projects/{}/deliveries", a.space.as_ref().unwrap()),
+        ];
+        for p in &paths {
+            let resp = client.get(a.url(p)).bearer_auth(&b.api_key).send().await.unwrap();
+            assert_eq!(resp.status(), 404, "{p}");
+        }
+        let resp = client.post(a.url(&format!("/v1/projects/{}/destinations/{dst_id}/disable", b.space.id))).bearer_auth(&b.api_key).send().await.unwrap();
+        assert_eq!(resp.status(), 404);
+        let (_, still) = a.get(&format!("/destinations/{dst_id}")).await;
+        assert_eq!(still["status"], "active");
+        a.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn destinations_can_be_read_changed_listed_and_deleted(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let dst = app.destination(json!({
+            "url": "https://a.example/hook",
+            "eventTypes": ["order.paid"],
+            "rateLimit": {"count": 50, "period": "minute"},
+            "retryPolicy": {"preset": "standard"},
+        })).await;
+        let id = dst["id"].as_str().unwrap();
+        assert_eq!(dst["maxAttempts"], 6);
+        assert_eq!(dst["timeoutSeconds"], 30);
+        assert_eq!(dst["retryPolicy"]["preset"], "standard");
+        assert_eq!(dst["retryPolicy"]["initialMs"], 30000);
+        assert_eq!(dst["rateLimit"], json!({"count": 50, "period": "minute"}));
+        let (_, read) = app.get(&format!("/destinations/{id}")).await;
+        assert!(read.get("secret").is_none(), "the secret is shown only on create and rotate");
+
+        let resp = reqwest::Client::new()
+            .patch(app.api(&format!("/destinations/{id}")))
+            .bearer_auth(app.api_key.as_ref().unwrap())
+            .json(&json!({"rateLimit": null, "maxAttempts": 12, "description": "billing"}))
+            .send().await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let changed: serde_json::Value = resp.json().await.unwrap();
+        assert!(changed["rateLimit"].is_null());
+        assert_eq!(changed["maxAttempts"], 12);
+        assert_eq!(changed["description"], "billing");
+        assert_eq!(changed["eventTypes"], json!(["order.paid"]), "absent fields stay");
+
+        let (_, list) = app.get("/destinations").await;
+        assert_eq!(list["data"].as_array().unwrap().len(), 1);
+        let del = reqwest::Client::new()
+            .delete(app.api(&format!("/destinations/{id}")))
+            .bearer_auth(app.api_key.as_ref().unwrap())
+            .send().await.unwrap();
+        assert_eq!(del.status(), 204);
+        assert_eq!(app.get(&format!("/destinations/{id}")).await.0, 404);
+        app.stop().await;
+    }
+}
