@@ -5,7 +5,11 @@
 mod api;
 mod cli;
 mod console;
+mod crash;
 mod dispatch;
+mod retry_after;
+mod schedule;
+mod standard_webhooks;
 mod health;
 mod helpers;
 mod storage;
