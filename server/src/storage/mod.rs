@@ -135,6 +135,43 @@ pub struct FinishEffects {
     pub warned: bool,
 }
 
+/// What happened to one delivery of a bulk resend or cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkOutcome {
+    /// Resent as this new delivery.
+    Resent(DeliveryId),
+    Cancelled,
+    NotFound,
+    /// Cancel: it is sending or finished. Resend: it is still waiting or sending.
+    WrongStatus(DeliveryStatus),
+    /// Resend: its destination is inactive.
+    DestinationInactive,
+}
+
+/// The result of a resend of all failed deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResendFailed {
+    pub resent: i64,
+    /// Failed, not yet resent, still to do (call again).
+    pub remaining: i64,
+}
+
+/// Whether a rate-limited action may happen now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Granted,
+    /// Not now; the next slot frees in this many milliseconds.
+    Wait(i64),
+}
+
+/// What recording an incoming webhook request changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IncomingEffects {
+    pub consecutive_failures: i64,
+    /// This request was the one that disabled the webhook.
+    pub disabled: bool,
+}
+
 /// Everything the server keeps, behind one interface for both backends.
 ///
 /// Every method is a single transaction: it either happens entirely or not at all.
@@ -208,6 +245,46 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn finish_attempt(&self, finished: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects>;
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
+
+    // Resend and cancel (SPEC §2.7, §2.8).
+    /// Cancels waiting deliveries of the space; others are reported, not touched.
+    async fn cancel_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
+    /// New deliveries of the same events to the same destinations, sent at once with a
+    /// full set of attempts; originals and copies are linked.
+    async fn resend_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
+    /// Resends up to `limit` failed deliveries not resent before (of one destination or the
+    /// whole space), skipping those of inactive destinations.
+    async fn resend_failed(
+        &self,
+        space_id: SpaceId,
+        destination_id: Option<DestinationId>,
+        limit: i64,
+        now: UnixMs,
+    ) -> Result<ResendFailed>;
+
+    // Rate limits shared by every instance.
+    /// Takes a slot of at most `limit` per `window_ms` for `key`, or says when one frees.
+    async fn take_rate_slot(&self, key: &str, limit: i64, window_ms: i64, now: UnixMs) -> Result<Slot>;
+
+    // Messages, incoming webhooks and bots (SPEC §3, §4).
+    /// Stores a message and its `message.created` event with the event's fan-out, in one transaction.
+    async fn post_message(&self, message: &Message, event: &NewEvent, now: UnixMs) -> Result<Published>;
+    /// Counts an incoming webhook request: a success resets the streak; a failure grows it and,
+    /// at `disable_after` in a row, disables the webhook and notifies admins.
+    async fn record_incoming_result(&self, id: IncomingWebhookId, success: bool, disable_after: i64, now: UnixMs) -> Result<IncomingEffects>;
+    /// Enables (resetting the streak) or disables an incoming webhook.
+    async fn set_incoming_webhook_status(
+        &self,
+        space_id: SpaceId,
+        id: IncomingWebhookId,
+        status: IncomingWebhookStatus,
+        now: UnixMs,
+    ) -> Result<IncomingWebhook>;
+    /// Remembers a signed request's `webhook-id`; false when it was seen before (a replay).
+    async fn remember_incoming_message(&self, id: IncomingWebhookId, message_id: &str, now: UnixMs) -> Result<bool>;
+    async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()>;
+    async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()>;
+    async fn get_channel_any_space(&self, id: ChannelId) -> Result<Channel>;
 
     // Deliveries and attempts.
     async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery>;

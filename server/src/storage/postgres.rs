@@ -5,7 +5,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::{
-    rows, shared, Backend, DeliveryFilter, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
+    rows, shared, Backend, BulkOutcome, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
     StorageError,
 };
 use crate::domain::*;

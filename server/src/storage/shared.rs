@@ -33,6 +33,116 @@ pub(super) const FAN_OUT_CHUNK: usize = 500;
 
 macro_rules! impl_storage {
     ($backend:ty, $db:ty, { $($specific:tt)* }) => {
+        impl $backend {
+            /// The event, its idempotency key and its fan-out, inside `tx`. `None` when the
+            /// idempotency key was taken: the caller rolls back and reads the first answer.
+            async fn publish_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                new: &NewEvent,
+                now: UnixMs,
+            ) -> Result<Option<Published>> {
+                let e = &new.event;
+                let space = e.space_id.to_string();
+                sqlx::query(
+                    "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(e.id.to_string())
+                .bind(&space)
+                .bind(&e.event_type)
+                .bind(e.payload.to_string())
+                .bind(e.created_at)
+                .execute(&mut **tx)
+                .await?;
+
+                if let Some(key) = &new.idempotency_key {
+                    let claimed = sqlx::query(
+                        "INSERT INTO idempotency_keys (space_id, key, request_hash, event_id, deliveries, created_at) \
+                         VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (space_id, key) DO NOTHING",
+                    )
+                    .bind(&space)
+                    .bind(key)
+                    .bind(&new.request_hash)
+                    .bind(e.id.to_string())
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+                    if claimed.rows_affected() == 0 {
+                        return Ok(None);
+                    }
+                }
+
+                let sql = format!(
+                    "SELECT {} FROM destinations WHERE space_id = $1",
+                    shared::DESTINATION
+                );
+                let destinations: Vec<Destination> = rows::convert_all(
+                    sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                        .bind(&space)
+                        .fetch_all(&mut **tx)
+                        .await?,
+                )?;
+                let (active, inactive): (Vec<_>, Vec<_>) = destinations
+                    .iter()
+                    .filter(|d| d.subscribes_to(&e.event_type))
+                    .partition(|d| d.status == DestinationStatus::Active);
+
+                for chunk in active.chunks(shared::FAN_OUT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                         attempts, next_attempt_at, created_at, updated_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, d| {
+                        row.push_bind(DeliveryId::new().to_string())
+                            .push_bind(&space)
+                            .push_bind(e.id.to_string())
+                            .push_bind(d.id.to_string())
+                            .push_bind(&e.event_type)
+                            .push_bind(DeliveryStatus::Pending.as_str())
+                            .push_bind(0_i64)
+                            .push_bind(now)
+                            .push_bind(now)
+                            .push_bind(now);
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                // D5: an inactive destination is not caught up later; it only counts what it missed.
+                for d in &inactive {
+                    sqlx::query("UPDATE destinations SET skipped_events = skipped_events + 1 WHERE id = $1")
+                        .bind(d.id.to_string())
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                let deliveries = active.len() as i64;
+                if let Some(key) = &new.idempotency_key {
+                    sqlx::query("UPDATE idempotency_keys SET deliveries = $1 WHERE space_id = $2 AND key = $3")
+                        .bind(deliveries)
+                        .bind(&space)
+                        .bind(key)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                Ok(Some(Published::Created { event_id: e.id, deliveries, skipped: inactive.len() as i64 }))
+            }
+
+            async fn first_answer(&self, space_id: SpaceId, key: &str) -> Result<Published> {
+                let first = sqlx::query_as::<_, rows::IdempotencyRow>(
+                    "SELECT request_hash, event_id, deliveries FROM idempotency_keys WHERE space_id = $1 AND key = $2",
+                )
+                .bind(space_id.to_string())
+                .bind(key)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(Published::Replayed {
+                    event_id: first
+                        .event_id
+                        .parse()
+                        .map_err(|e| StorageError::Corrupt(format!("idempotency_keys.event_id: {e}")))?,
+                    deliveries: first.deliveries,
+                    request_hash: first.request_hash,
+                })
+            }
+        }
+
         #[async_trait::async_trait]
         impl $crate::storage::Storage for $backend {
             $($specific)*
@@ -166,102 +276,41 @@ macro_rules! impl_storage {
             }
 
             async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published> {
-                let e = &new.event;
-                let space = e.space_id.to_string();
                 let mut tx = self.pool.begin().await?;
-                // The first statement writes, so SQLite takes its write lock before anything is read.
-                sqlx::query(
-                    "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
-                )
-                .bind(e.id.to_string())
-                .bind(&space)
-                .bind(&e.event_type)
-                .bind(e.payload.to_string())
-                .bind(e.created_at)
-                .execute(&mut *tx)
-                .await?;
-
-                if let Some(key) = &new.idempotency_key {
-                    let claimed = sqlx::query(
-                        "INSERT INTO idempotency_keys (space_id, key, request_hash, event_id, deliveries, created_at) \
-                         VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (space_id, key) DO NOTHING",
-                    )
-                    .bind(&space)
-                    .bind(key)
-                    .bind(&new.request_hash)
-                    .bind(e.id.to_string())
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
-                    if claimed.rows_affected() == 0 {
+                match Self::publish_in(&mut tx, new, now).await? {
+                    Some(published) => {
+                        tx.commit().await?;
+                        Ok(published)
+                    }
+                    None => {
                         tx.rollback().await?;
-                        let first = sqlx::query_as::<_, rows::IdempotencyRow>(
-                            "SELECT request_hash, event_id, deliveries FROM idempotency_keys \
-                             WHERE space_id = $1 AND key = $2",
-                        )
-                        .bind(&space)
-                        .bind(key)
-                        .fetch_one(&self.pool)
-                        .await?;
-                        return Ok(Published::Replayed {
-                            event_id: first
-                                .event_id
-                                .parse()
-                                .map_err(|e| StorageError::Corrupt(format!("idempotency_keys.event_id: {e}")))?,
-                            deliveries: first.deliveries,
-                            request_hash: first.request_hash,
-                        });
+                        let key = new.idempotency_key.as_deref().unwrap_or_default();
+                        self.first_answer(new.event.space_id, key).await
                     }
                 }
+            }
 
-                let sql = format!("SELECT {} FROM destinations WHERE space_id = $1", shared::DESTINATION);
-                let destinations: Vec<Destination> = rows::convert_all(
-                    sqlx::query_as::<_, rows::DestinationRow>(&sql)
-                        .bind(&space)
-                        .fetch_all(&mut *tx)
-                        .await?,
-                )?;
-                let (active, inactive): (Vec<_>, Vec<_>) = destinations
-                    .iter()
-                    .filter(|d| d.subscribes_to(&e.event_type))
-                    .partition(|d| d.status == DestinationStatus::Active);
-
-                for chunk in active.chunks(shared::FAN_OUT_CHUNK) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
-                         attempts, next_attempt_at, created_at, updated_at) ",
-                    );
-                    insert.push_values(chunk, |mut row, d| {
-                        row.push_bind(DeliveryId::new().to_string())
-                            .push_bind(&space)
-                            .push_bind(e.id.to_string())
-                            .push_bind(d.id.to_string())
-                            .push_bind(&e.event_type)
-                            .push_bind(DeliveryStatus::Pending.as_str())
-                            .push_bind(0_i64)
-                            .push_bind(now)
-                            .push_bind(now)
-                            .push_bind(now);
-                    });
-                    insert.build().execute(&mut *tx).await?;
-                }
-                for d in &inactive {
-                    sqlx::query("UPDATE destinations SET skipped_events = skipped_events + 1 WHERE id = $1")
-                        .bind(d.id.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                }
-                let deliveries = active.len() as i64;
-                if let Some(key) = &new.idempotency_key {
-                    sqlx::query("UPDATE idempotency_keys SET deliveries = $1 WHERE space_id = $2 AND key = $3")
-                        .bind(deliveries)
-                        .bind(&space)
-                        .bind(key)
-                        .execute(&mut *tx)
-                        .await?;
-                }
+            async fn post_message(&self, m: &Message, event: &NewEvent, now: UnixMs) -> Result<Published> {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query(
+                    "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, source_id, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(m.id.to_string())
+                .bind(m.space_id.to_string())
+                .bind(m.channel_id.to_string())
+                .bind(&m.text)
+                .bind(m.attachments.as_ref().map(|a| a.to_string()))
+                .bind(m.source_kind.as_str())
+                .bind(&m.source_id)
+                .bind(m.created_at)
+                .execute(&mut *tx)
+                .await?;
+                let published = Self::publish_in(&mut tx, event, now)
+                    .await?
+                    .ok_or_else(|| StorageError::Conflict("message events carry no idempotency key".into()))?;
                 tx.commit().await?;
-                Ok(Published::Created { event_id: e.id, deliveries, skipped: inactive.len() as i64 })
+                Ok(published)
             }
 
             async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
@@ -616,6 +665,310 @@ macro_rules! impl_storage {
                 .execute(&self.pool)
                 .await?;
                 Ok(())
+            }
+
+            async fn cancel_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
+                let mut tx = self.pool.begin().await?;
+                let mut out = Vec::with_capacity(ids.len());
+                for id in ids {
+                    // Only a waiting delivery can be cancelled; a worker's claim moved it to
+                    // `sending` atomically, so a cancel never races an attempt.
+                    let done = sqlx::query(
+                        "UPDATE deliveries SET status = 'cancelled', last_error_class = 'cancelled', \
+                         next_attempt_at = NULL, finished_at = $1, updated_at = $1 \
+                         WHERE id = $2 AND space_id = $3 AND status IN ('pending', 'retrying')",
+                    )
+                    .bind(now)
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    if done.rows_affected() == 1 {
+                        out.push((*id, BulkOutcome::Cancelled));
+                        continue;
+                    }
+                    let status: Option<(String,)> =
+                        sqlx::query_as("SELECT status FROM deliveries WHERE id = $1 AND space_id = $2")
+                            .bind(id.to_string())
+                            .bind(space_id.to_string())
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    out.push((*id, match status {
+                        None => BulkOutcome::NotFound,
+                        Some((s,)) => BulkOutcome::WrongStatus(
+                            s.parse().map_err(|e| StorageError::Corrupt(format!("deliveries.status: {e}")))?,
+                        ),
+                    }));
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn resend_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
+                let mut tx = self.pool.begin().await?;
+                let mut out = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let row: Option<(String, String, String, String)> = sqlx::query_as(
+                        "SELECT d.status, d.event_id, d.destination_id, t.status FROM deliveries d \
+                         JOIN destinations t ON t.id = d.destination_id WHERE d.id = $1 AND d.space_id = $2",
+                    )
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    let Some((status, event_id, destination_id, destination_status)) = row else {
+                        out.push((*id, BulkOutcome::NotFound));
+                        continue;
+                    };
+                    let status: DeliveryStatus =
+                        status.parse().map_err(|e| StorageError::Corrupt(format!("deliveries.status: {e}")))?;
+                    if !status.is_final() {
+                        out.push((*id, BulkOutcome::WrongStatus(status)));
+                        continue;
+                    }
+                    if destination_status != DestinationStatus::Active.as_str() {
+                        out.push((*id, BulkOutcome::DestinationInactive));
+                        continue;
+                    }
+                    let copy = DeliveryId::new();
+                    sqlx::query(
+                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
+                         next_attempt_at, resent_from, created_at, updated_at) \
+                         SELECT $1, space_id, event_id, destination_id, event_type, 'pending', 0, $2, id, $2, $2 \
+                         FROM deliveries WHERE id = $3",
+                    )
+                    .bind(copy.to_string())
+                    .bind(now)
+                    .bind(id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query("UPDATE deliveries SET resent_as = $1, updated_at = $2 WHERE id = $3")
+                        .bind(copy.to_string())
+                        .bind(now)
+                        .bind(id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                    let _ = (event_id, destination_id);
+                    out.push((*id, BulkOutcome::Resent(copy)));
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn resend_failed(
+                &self,
+                space_id: SpaceId,
+                destination_id: Option<DestinationId>,
+                limit: i64,
+                now: UnixMs,
+            ) -> Result<ResendFailed> {
+                let mut tx = self.pool.begin().await?;
+                // Take the write lock first (SQLite), then pick the batch.
+                sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
+                    .bind(space_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                let pick = "FROM deliveries d JOIN destinations t ON t.id = d.destination_id \
+                            WHERE d.space_id = $1 AND d.status = 'failed' AND d.resent_as IS NULL \
+                            AND t.status = 'active' AND ($2 IS NULL OR d.destination_id = $2)";
+                let ids: Vec<(String,)> = sqlx::query_as(&format!("SELECT d.id {pick} ORDER BY d.id LIMIT $3"))
+                    .bind(space_id.to_string())
+                    .bind(destination_id.map(|d| d.to_string()))
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                for (id,) in &ids {
+                    let copy = DeliveryId::new().to_string();
+                    sqlx::query(
+                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
+                         next_attempt_at, resent_from, created_at, updated_at) \
+                         SELECT $1, space_id, event_id, destination_id, event_type, 'pending', 0, $2, id, $2, $2 \
+                         FROM deliveries WHERE id = $3",
+                    )
+                    .bind(&copy)
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query("UPDATE deliveries SET resent_as = $1, updated_at = $2 WHERE id = $3")
+                        .bind(&copy)
+                        .bind(now)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let (remaining,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) {pick}"))
+                    .bind(space_id.to_string())
+                    .bind(destination_id.map(|d| d.to_string()))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(ResendFailed { resent: ids.len() as i64, remaining })
+            }
+
+            async fn take_rate_slot(&self, key: &str, limit: i64, window_ms: i64, now: UnixMs) -> Result<Slot> {
+                let mut tx = self.pool.begin().await?;
+                // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
+                // concurrent callers on every instance count one after another.
+                sqlx::query(
+                    "INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
+                     ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at",
+                )
+                .bind(key)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query("DELETE FROM rate_events WHERE key = $1 AND at <= $2")
+                    .bind(key)
+                    .bind(now - window_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                let (count, oldest): (i64, Option<i64>) =
+                    sqlx::query_as("SELECT COUNT(*), MIN(at) FROM rate_events WHERE key = $1")
+                        .bind(key)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let slot = if count < limit {
+                    sqlx::query("INSERT INTO rate_events (key, at) VALUES ($1, $2)")
+                        .bind(key)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                    Slot::Granted
+                } else {
+                    Slot::Wait((oldest.unwrap_or(now) + window_ms - now).max(1))
+                };
+                tx.commit().await?;
+                Ok(slot)
+            }
+
+            async fn record_incoming_result(&self, id: IncomingWebhookId, success: bool, disable_after: i64, now: UnixMs) -> Result<IncomingEffects> {
+                let mut tx = self.pool.begin().await?;
+                if success {
+                    sqlx::query(
+                        "UPDATE incoming_webhooks SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0",
+                    )
+                    .bind(id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    return Ok(IncomingEffects::default());
+                }
+                let (failures, status, name, space_id): (i64, String, String, String) = sqlx::query_as(
+                    "UPDATE incoming_webhooks SET consecutive_failures = consecutive_failures + 1, updated_at = $1 \
+                     WHERE id = $2 RETURNING consecutive_failures, status, name, space_id",
+                )
+                .bind(now)
+                .bind(id.to_string())
+                .fetch_one(&mut *tx)
+                .await?;
+                let mut effects = IncomingEffects { consecutive_failures: failures, disabled: false };
+                if failures >= disable_after && status == IncomingWebhookStatus::Active.as_str() {
+                    effects.disabled = true;
+                    sqlx::query("UPDATE incoming_webhooks SET status = 'disabled', disabled_at = $1 WHERE id = $2")
+                        .bind(now)
+                        .bind(id.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(
+                        "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
+                         VALUES ($1, $2, 'incoming_webhook.disabled', 'incoming_webhook', $3, $4, $5)",
+                    )
+                    .bind(NotificationId::new().to_string())
+                    .bind(&space_id)
+                    .bind(id.to_string())
+                    .bind(format!(
+                        "Incoming webhook \"{name}\" was disabled after {failures} failed requests in a row; \
+                         senders get 410 Gone until an admin re-enables it."
+                    ))
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(effects)
+            }
+
+            async fn set_incoming_webhook_status(
+                &self,
+                space_id: SpaceId,
+                id: IncomingWebhookId,
+                status: IncomingWebhookStatus,
+                now: UnixMs,
+            ) -> Result<IncomingWebhook> {
+                let done = sqlx::query(
+                    "UPDATE incoming_webhooks SET status = $1, updated_at = $2, \
+                       consecutive_failures = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_failures END, \
+                       disabled_at = CASE WHEN $1 = 'active' THEN NULL ELSE $2 END \
+                     WHERE id = $3 AND space_id = $4",
+                )
+                .bind(status.as_str())
+                .bind(now)
+                .bind(id.to_string())
+                .bind(space_id.to_string())
+                .execute(&self.pool)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                self.get_incoming_webhook(id).await
+            }
+
+            async fn remember_incoming_message(&self, id: IncomingWebhookId, message_id: &str, now: UnixMs) -> Result<bool> {
+                let mut tx = self.pool.begin().await?;
+                let fresh = sqlx::query(
+                    "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (webhook_id, message_id) DO NOTHING",
+                )
+                .bind(id.to_string())
+                .bind(message_id)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
+                    == 1;
+                // Signatures older than the timestamp tolerance are refused anyway; forget them.
+                sqlx::query("DELETE FROM incoming_replays WHERE webhook_id = $1 AND seen_at < $2")
+                    .bind(id.to_string())
+                    .bind(now - 15 * 60 * 1000)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(fresh)
+            }
+
+            async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()> {
+                let done = sqlx::query("DELETE FROM incoming_webhooks WHERE id = $1 AND space_id = $2")
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
+            async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()> {
+                let done = sqlx::query("UPDATE bots SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL")
+                    .bind(now)
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
+            async fn get_channel_any_space(&self, id: ChannelId) -> Result<Channel> {
+                let sql = format!("SELECT {} FROM channels WHERE id = $1", shared::CHANNEL);
+                sqlx::query_as::<_, rows::ChannelRow>(&sql)
+                    .bind(id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
             }
 
             async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery> {

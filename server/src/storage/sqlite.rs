@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use super::{
-    rows, shared, Backend, DeliveryFilter, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
+    rows, shared, Backend, BulkOutcome, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
     StorageError,
 };
 use crate::domain::*;
