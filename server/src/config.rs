@@ -30,6 +30,57 @@ pub struct Config {
     pub secure_cookies: bool,
     /// The dispatch engine (`[dispatch]`, or `PARTYFLOW_DISPATCH__…`).
     pub dispatch: DispatchConfig,
+    /// Rate limits and auto-disable thresholds (`[limits]`, or `PARTYFLOW_LIMITS__…`).
+    pub limits: LimitsConfig,
+}
+
+/// One number per plan.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PerPlan {
+    pub free: i64,
+    pub pro: i64,
+    pub enterprise: i64,
+}
+
+impl PerPlan {
+    pub fn for_plan(&self, plan: crate::domain::Plan) -> i64 {
+        match plan {
+            crate::domain::Plan::Free => self.free,
+            crate::domain::Plan::Pro => self.pro,
+            crate::domain::Plan::Enterprise => self.enterprise,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Messages per second per incoming webhook, by plan (SPEC §3).
+    pub incoming_per_second: PerPlan,
+    /// Outgoing sends per second shared by all destinations of a space, by plan (SPEC D4).
+    pub outgoing_per_second: PerPlan,
+    /// Bot messages per second per channel, all bots together (SPEC §4).
+    pub bot_per_channel_per_second: i64,
+    /// Failed requests in a row that disable an incoming webhook (SPEC §3).
+    pub incoming_disable_after: i64,
+    /// Attempts in flight to one destination at once, across all instances (SPEC §2.5).
+    pub destination_in_flight: i64,
+    /// Largest message text, in characters.
+    pub message_max_chars: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            incoming_per_second: PerPlan { free: 5, pro: 10, enterprise: 30 },
+            outgoing_per_second: PerPlan { free: 10, pro: 100, enterprise: 1000 },
+            bot_per_channel_per_second: 10,
+            incoming_disable_after: 100,
+            destination_in_flight: 5,
+            message_max_chars: 40_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -99,6 +150,7 @@ impl Default for Config {
             max_body_bytes: 1024 * 1024,
             secure_cookies: false,
             dispatch: DispatchConfig::default(),
+            limits: LimitsConfig::default(),
         }
     }
 }

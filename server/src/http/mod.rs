@@ -9,12 +9,14 @@ use axum::{Json, Router};
 use crate::startup::AppState;
 
 pub mod error;
+pub mod hooks;
 pub mod v1;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(hooks::router().layer(axum::extract::DefaultBodyLimit::max(max_body_bytes)))
         .nest("/v1", v1::router(max_body_bytes))
 }
 

@@ -11,5 +11,7 @@ mod retry_after;
 mod schedule;
 mod standard_webhooks;
 mod health;
+mod incoming;
+mod bots;
 mod helpers;
 mod storage;

@@ -7,10 +7,14 @@ use axum::Router;
 
 use crate::startup::AppState;
 
+pub mod bot;
+pub mod bots;
+pub mod channels;
 pub mod deliveries;
 pub mod destinations;
 pub mod events;
 pub mod extract;
+pub mod incoming_webhooks;
 pub mod views;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
@@ -18,6 +22,10 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .merge(destinations::router())
         .merge(events::router())
         .merge(deliveries::router())
+        .merge(channels::router())
+        .merge(incoming_webhooks::router())
+        .merge(bots::router())
+        .merge(bot::router())
         .fallback(super::error::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }
