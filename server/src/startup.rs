@@ -76,12 +76,13 @@ pub async fn run(
     )?);
     let engine_task = config.dispatch.enabled.then(|| tokio::spawn(engine.clone().run(shutdown.clone())));
 
+    let shared_config = Arc::new(config.clone());
     let state = AppState {
-        console: Arc::new(console::Backend::new(storage.clone())),
+        console: Arc::new(console::Backend::new(storage.clone(), engine.waker(), shared_config.clone())),
         wake: engine.waker(),
         storage,
         leptos_options: leptos_options(&config, addr),
-        config: Arc::new(config.clone()),
+        config: shared_config,
     };
     let session_layer = SessionManagerLayer::new(sessions)
         .with_name("partyflow_session")

@@ -22,11 +22,16 @@ pub mod sessions;
 /// The console's view of the server.
 pub struct Backend {
     storage: Arc<dyn Storage>,
+    /// Wakes the dispatch engine after the console writes deliveries (resend, re-enable).
+    #[allow(dead_code)]
+    wake: Arc<tokio::sync::Notify>,
+    #[allow(dead_code)]
+    config: Arc<crate::config::Config>,
 }
 
 impl Backend {
-    pub fn new(storage: Arc<dyn Storage>) -> Self {
-        Self { storage }
+    pub fn new(storage: Arc<dyn Storage>, wake: Arc<tokio::sync::Notify>, config: Arc<crate::config::Config>) -> Self {
+        Self { storage, wake, config }
     }
 }
 
