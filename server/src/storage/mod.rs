@@ -311,6 +311,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn list_notifications(&self, unread_only: bool, page: Page<NotificationId>) -> Result<Vec<Notification>>;
     async fn count_unread_notifications(&self) -> Result<i64>;
     async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()>;
+    /// The notifications about one space (what its API key may see).
+    async fn list_space_notifications(
+        &self,
+        space_id: SpaceId,
+        unread_only: bool,
+        page: Page<NotificationId>,
+    ) -> Result<Vec<Notification>>;
+    async fn mark_space_notification_read(&self, space_id: SpaceId, id: NotificationId, now: UnixMs) -> Result<()>;
 }
 
 /// Opens the database named by `url` (`sqlite://…` or `postgres://…`).

@@ -1177,6 +1177,42 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
+            async fn list_space_notifications(
+                &self,
+                space_id: SpaceId,
+                unread_only: bool,
+                page: Page<NotificationId>,
+            ) -> Result<Vec<Notification>> {
+                let sql = format!(
+                    "SELECT {} FROM notifications WHERE space_id = $1 AND ($2 = FALSE OR read_at IS NULL) \
+                     AND ($3 IS NULL OR id < $3) ORDER BY id DESC LIMIT $4",
+                    shared::NOTIFICATION
+                );
+                let rows = sqlx::query_as::<_, rows::NotificationRow>(&sql)
+                    .bind(space_id.to_string())
+                    .bind(unread_only)
+                    .bind(page.before.map(|id| id.to_string()))
+                    .bind(page.limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn mark_space_notification_read(&self, space_id: SpaceId, id: NotificationId, now: UnixMs) -> Result<()> {
+                let done = sqlx::query(
+                    "UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2 AND space_id = $3",
+                )
+                .bind(now)
+                .bind(id.to_string())
+                .bind(space_id.to_string())
+                .execute(&self.pool)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
             async fn count_unread_notifications(&self) -> Result<i64> {
                 let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM notifications WHERE read_at IS NULL")
                     .fetch_one(&self.pool)

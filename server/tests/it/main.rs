@@ -7,6 +7,7 @@ mod cli;
 mod console;
 mod crash;
 mod dispatch;
+mod resend;
 mod retry_after;
 mod schedule;
 mod standard_webhooks;

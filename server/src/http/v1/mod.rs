@@ -7,6 +7,7 @@ use axum::Router;
 
 use crate::startup::AppState;
 
+pub mod api_keys;
 pub mod bot;
 pub mod bots;
 pub mod channels;
@@ -15,6 +16,7 @@ pub mod destinations;
 pub mod events;
 pub mod extract;
 pub mod incoming_webhooks;
+pub mod notifications;
 pub mod views;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
@@ -26,6 +28,8 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .merge(incoming_webhooks::router())
         .merge(bots::router())
         .merge(bot::router())
+        .merge(api_keys::router())
+        .merge(notifications::router())
         .fallback(super::error::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }

@@ -1,0 +1,108 @@
+//! `/v1/projects/{project}/api-keys`: more keys for a space, listed without their
+//! secret, revocable. A key is shown once, when it is made; only its hash is kept.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::extract::{ApiJson, Caller};
+use super::views::{rfc3339, PageOf};
+use crate::auth;
+use crate::clock::now_ms;
+use crate::domain::*;
+use crate::http::error::ApiError;
+use crate::startup::AppState;
+use crate::storage::StorageError;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/projects/{project}/api-keys", post(create).get(list))
+        .route("/projects/{project}/api-keys/{id}/revoke", post(revoke))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ApiKeyView {
+    id: ApiKeyId,
+    name: String,
+    /// The first characters of the key, to tell keys apart.
+    prefix: String,
+    created_at: String,
+    revoked_at: Option<String>,
+    /// Only in the answer that creates it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+}
+
+impl From<&ApiKey> for ApiKeyView {
+    fn from(k: &ApiKey) -> Self {
+        Self {
+            id: k.id,
+            name: k.name.clone(),
+            prefix: k.prefix.clone(),
+            created_at: rfc3339(k.created_at),
+            revoked_at: k.revoked_at.map(rfc3339),
+            key: None,
+        }
+    }
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
+    let space_id = caller.space(&project)?;
+    let name = body.name.trim();
+    if name.is_empty() || name.len() > 100 {
+        return Err(ApiError::invalid("invalid_name", "name needs 1 to 100 characters"));
+    }
+    let secret = auth::new_token("pfk");
+    let key = ApiKey {
+        id: ApiKeyId::new(),
+        space_id,
+        name: name.to_owned(),
+        prefix: secret[..12].to_owned(),
+        created_at: now_ms(),
+        last_used_at: None,
+        revoked_at: None,
+    };
+    state.storage.create_api_key(&key, &auth::hash_token(&secret)).await?;
+    let mut view = ApiKeyView::from(&key);
+    view.key = Some(secret);
+    Ok((StatusCode::CREATED, Json(view)))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+) -> Result<Json<PageOf<ApiKeyView>>, ApiError> {
+    let space_id = caller.space(&project)?;
+    let keys = state.storage.list_api_keys(space_id).await?;
+    Ok(Json(PageOf { data: keys.iter().map(ApiKeyView::from).collect(), next_cursor: None }))
+}
+
+async fn revoke(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let space_id = caller.space(&project)?;
+    let not_found = || ApiError::NotFound(format!("no live API key {id:?}"));
+    let key_id: ApiKeyId = id.parse().map_err(|_| not_found())?;
+    match state.storage.revoke_api_key(space_id, key_id, now_ms()).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(StorageError::NotFound) => Err(not_found()),
+        Err(e) => Err(e.into()),
+    }
+}
