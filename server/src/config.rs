@@ -100,6 +100,9 @@ pub struct DispatchConfig {
     pub auto_disable_after: i64,
     /// Streak lengths at which admins get an early warning.
     pub auto_disable_warn_at: Vec<i64>,
+    /// The share of this process's concurrency retries may use; the rest is kept
+    /// for first attempts, so a storm of retries never starves fresh traffic.
+    pub retry_share: f64,
 }
 
 impl Default for DispatchConfig {
@@ -112,13 +115,17 @@ impl Default for DispatchConfig {
             idle_poll_ms: 1000,
             auto_disable_after: 100,
             auto_disable_warn_at: vec![50, 90],
+            retry_share: 0.8,
         }
     }
 }
 
 impl DispatchConfig {
-    pub fn settings(&self) -> crate::dispatch::engine::Settings {
+    pub fn settings(&self, limits: &LimitsConfig) -> crate::dispatch::engine::Settings {
         crate::dispatch::engine::Settings {
+            per_destination_in_flight: limits.destination_in_flight.max(1),
+            plan_per_second: limits.outgoing_per_second,
+            retry_share: self.retry_share.clamp(0.0, 1.0),
             concurrency: self.concurrency.max(1),
             lease_margin: std::time::Duration::from_secs(self.lease_margin_seconds),
             shutdown_grace: std::time::Duration::from_secs(self.shutdown_grace_seconds),

@@ -72,7 +72,7 @@ pub async fn run(
     let engine = Arc::new(crate::dispatch::engine::Engine::new(
         storage.clone(),
         network,
-        config.dispatch.settings(),
+        config.dispatch.settings(&config.limits),
     )?);
     let engine_task = config.dispatch.enabled.then(|| tokio::spawn(engine.clone().run(shutdown.clone())));
 

@@ -18,7 +18,9 @@ use super::jq as transform;
 use super::{classify, retry_after, signing, ssrf};
 use crate::clock::now_ms;
 use crate::domain::*;
-use crate::storage::{FinishedAttempt, NextStep, Storage, StorageError};
+use std::sync::atomic::Ordering;
+
+use crate::storage::{ClaimLimits, FinishedAttempt, NextStep, RateScope, Slot, Storage, StorageError};
 
 /// The most of a response body kept in the attempt log.
 pub const RESPONSE_BODY_LIMIT: usize = 64 * 1024;
@@ -38,11 +40,20 @@ pub struct Settings {
     /// instances may add work this process is not told about).
     pub idle_poll: Duration,
     pub auto_disable: AutoDisable,
+    /// Attempts in flight to one destination, across instances (SPEC §2.5).
+    pub per_destination_in_flight: i64,
+    /// Sends per second shared by a space's destinations, by plan (SPEC D4).
+    pub plan_per_second: crate::config::PerPlan,
+    /// The share of `concurrency` retries may take.
+    pub retry_share: f64,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
+            per_destination_in_flight: 5,
+            plan_per_second: crate::config::LimitsConfig::default().outgoing_per_second,
+            retry_share: 0.8,
             concurrency: 64,
             lease_margin: Duration::from_secs(15),
             shutdown_grace: Duration::from_secs(10),
@@ -60,7 +71,16 @@ pub struct Engine {
     settings: Settings,
     /// Compiled transformations by program text.
     transforms: Mutex<HashMap<String, transform::Transform>>,
+    /// Spaces' plans, re-read every [`PLAN_TTL_MS`].
+    plans: Mutex<HashMap<SpaceId, (Plan, UnixMs)>>,
+    /// Retries in flight in this process.
+    retries_in_flight: Arc<std::sync::atomic::AtomicI64>,
 }
+
+const PLAN_TTL_MS: i64 = 10_000;
+/// Added to every rate window: a request leaves a little after its slot is granted, and a
+/// receiver counting arrivals must still never see more than the limit in one period.
+const RATE_MARGIN_MS: i64 = 25;
 
 impl Engine {
     pub fn new(storage: Arc<dyn Storage>, network: ssrf::NetworkPolicy, settings: Settings) -> anyhow::Result<Self> {
@@ -80,6 +100,8 @@ impl Engine {
             wake: Arc::new(Notify::new()),
             settings,
             transforms: Mutex::new(HashMap::new()),
+            plans: Mutex::new(HashMap::new()),
+            retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
         })
     }
 
@@ -112,13 +134,22 @@ impl Engine {
                 continue;
             }
             let margin = self.settings.lease_margin.as_millis() as i64;
-            match self.storage.claim_due(now, free.min(256) as i64, margin).await {
+            let retry_capacity = (self.settings.concurrency as f64 * self.settings.retry_share).floor() as i64;
+            let limits = ClaimLimits {
+                per_destination: self.settings.per_destination_in_flight,
+                retries: (retry_capacity - self.retries_in_flight.load(Ordering::Relaxed)).max(0),
+            };
+            match self.storage.claim(now, free.min(256) as i64, margin, &limits).await {
                 Ok(batch) if !batch.is_empty() => {
                     for delivery in batch {
                         let Ok(permit) = permits.clone().acquire_owned().await else { break };
+                        let retry = RetryGuard::new(delivery.attempts > 0, &self.retries_in_flight);
                         let engine = self.clone();
                         let cut = cut_short.clone();
-                        tracker.spawn(async move { engine.deliver(delivery, cut, permit).await });
+                        tracker.spawn(async move {
+                            engine.deliver(delivery, cut, permit).await;
+                            drop(retry);
+                        });
                     }
                 }
                 Ok(_) => self.idle(&shutdown).await,
@@ -206,6 +237,24 @@ impl Engine {
                 RetryPolicy::parse(None, None).expect("the default policy is valid")
             });
 
+        // Rate limits, last thing before the request so a slot's time is the send's time:
+        // the destination's own, then the plan's share of the space. A "not now" gives the
+        // delivery back without an attempt, due when the slot frees.
+        if let Some(limit) = destination.rate_limit {
+            let key = format!("dst:{}", destination.id);
+            let window = limit.period.as_millis() + RATE_MARGIN_MS;
+            if let Slot::Wait(ms) = self.storage.take_rate_slot(&key, i64::from(limit.count), window, now_ms()).await? {
+                let now = now_ms();
+                return self.storage.defer_rate_limited(d.id, RateScope::Destination(destination.id), now + ms, now).await;
+            }
+        }
+        let plan_limit = self.settings.plan_per_second.for_plan(self.plan(d.space_id).await?);
+        let key = format!("plan:{}", d.space_id);
+        if let Slot::Wait(ms) = self.storage.take_rate_slot(&key, plan_limit, 1_000 + RATE_MARGIN_MS, now_ms()).await? {
+            let now = now_ms();
+            return self.storage.defer_rate_limited(d.id, RateScope::Space(d.space_id), now + ms, now).await;
+        }
+
         let started = now_ms();
         let outcome = tokio::select! {
             outcome = self.attempt(d, &destination, &event) => outcome,
@@ -257,6 +306,18 @@ impl Engine {
             tracing::warn!(destination.id = %d.destination_id, "destination auto-disabled after a dead-letter streak");
         }
         Ok(())
+    }
+
+    async fn plan(&self, space_id: SpaceId) -> Result<Plan, StorageError> {
+        let now = now_ms();
+        if let Some((plan, at)) = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(&space_id) {
+            if now - at < PLAN_TTL_MS {
+                return Ok(*plan);
+            }
+        }
+        let plan = self.storage.get_space(space_id).await?.plan;
+        self.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(space_id, (plan, now));
+        Ok(plan)
     }
 
     fn transform(&self, program: &str) -> Result<transform::Transform, transform::TransformError> {
@@ -418,6 +479,28 @@ impl Engine {
                 });
                 AttemptOutcome { attempt, retry_after_ms: retry_after }
             }
+        }
+    }
+}
+
+/// Counts a retry in flight for as long as it lives.
+struct RetryGuard(Option<Arc<std::sync::atomic::AtomicI64>>);
+
+impl RetryGuard {
+    fn new(is_retry: bool, counter: &Arc<std::sync::atomic::AtomicI64>) -> Self {
+        if is_retry {
+            counter.fetch_add(1, Ordering::Relaxed);
+            RetryGuard(Some(counter.clone()))
+        } else {
+            RetryGuard(None)
+        }
+    }
+}
+
+impl Drop for RetryGuard {
+    fn drop(&mut self) {
+        if let Some(c) = &self.0 {
+            c.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -156,6 +156,30 @@ pub struct ResendFailed {
     pub remaining: i64,
 }
 
+/// What a claim may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimLimits {
+    /// Attempts in flight to one destination at once, across instances (SPEC §2.5: 5).
+    pub per_destination: i64,
+    /// Retries this claim may take (capacity is kept for first attempts).
+    pub retries: i64,
+}
+
+impl Default for ClaimLimits {
+    fn default() -> Self {
+        Self { per_destination: 5, retries: i64::MAX }
+    }
+}
+
+/// Which deliveries a rate limit holds back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateScope {
+    /// The destination's own `rateLimit`.
+    Destination(DestinationId),
+    /// The space's plan limit, shared by all its destinations.
+    Space(SpaceId),
+}
+
 /// Whether a rate-limited action may happen now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
@@ -234,8 +258,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
 
     // The dispatch engine.
     /// Atomically moves up to `limit` due deliveries to `sending` under a lease of the
-    /// destination's timeout plus `lease_margin_ms`, and returns them.
-    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>>;
+    /// destination's timeout plus `lease_margin_ms`, and returns them, oldest due first,
+    /// never more than `limits.per_destination` in flight to one destination (counting
+    /// every instance's claims) and at most `limits.retries` deliveries that are retries.
+    async fn claim(&self, now: UnixMs, limit: i64, lease_margin_ms: i64, limits: &ClaimLimits) -> Result<Vec<Delivery>>;
+
+    /// [`Storage::claim`] with the default limits.
+    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>> {
+        self.claim(now, limit, lease_margin_ms, &ClaimLimits::default()).await
+    }
+
+    /// A rate limit said "not now" to a claimed delivery: give it back without using an
+    /// attempt, due at `until`, marked `rate_limited`, with every other due delivery of
+    /// the same scope (so they are not claimed only to be refused again).
+    async fn defer_rate_limited(&self, id: DeliveryId, scope: RateScope, until: UnixMs, now: UnixMs) -> Result<()>;
     /// When the earliest waiting, unpaused delivery is due.
     async fn next_due_at(&self) -> Result<Option<UnixMs>>;
     /// Claims whose lease ran out (their worker crashed or was killed).
@@ -319,6 +355,29 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         page: Page<NotificationId>,
     ) -> Result<Vec<Notification>>;
     async fn mark_space_notification_read(&self, space_id: SpaceId, id: NotificationId, now: UnixMs) -> Result<()>;
+
+    // Console (issue 7).
+    /// How many deliveries match `filter` (and are older than `before`), counting at most `cap`.
+    async fn count_deliveries(&self, filter: &DeliveryFilter, before: Option<DeliveryId>, cap: i64) -> Result<i64>;
+    /// Deliveries created since `since` (of one space or all), counted per `bucket_ms` of their
+    /// creation time, by space, current status and last error class:
+    /// `(space, bucket start, status, error class, count)`. A range scan on the time-sorted IDs.
+    async fn delivery_histogram(
+        &self,
+        space_id: Option<SpaceId>,
+        since: UnixMs,
+        bucket_ms: i64,
+    ) -> Result<Vec<(SpaceId, UnixMs, DeliveryStatus, Option<ErrorClass>, i64)>>;
+    /// Unfinished deliveries per space: `(space, waiting, of which paused, sending)`.
+    async fn delivery_backlog(&self) -> Result<Vec<(SpaceId, i64, i64, i64)>>;
+    /// Destinations of every space that are inactive or dead-lettering, worst first.
+    async fn failing_destinations(&self, limit: i64) -> Result<Vec<Destination>>;
+    /// A destination by ID alone (the console links to destinations across spaces).
+    async fn get_destination_by_id(&self, id: DestinationId) -> Result<Destination>;
+    /// Failed deliveries of a destination not resent yet (what "Send again all failed" would pick).
+    async fn count_failed_unresent(&self, destination_id: DestinationId) -> Result<i64>;
+    /// Events recorded by [`Storage::take_rate_slot`] under `key` within the window, without taking one.
+    async fn count_rate_events(&self, key: &str, window_ms: i64, now: UnixMs) -> Result<i64>;
 }
 
 /// Opens the database named by `url` (`sqlite://…` or `postgres://…`).

@@ -5,10 +5,13 @@ use std::time::Duration;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::{
-    rows, shared, Backend, BulkOutcome, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
+    rows, shared, Backend, BulkOutcome, ClaimLimits, RateScope, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
     StorageError,
 };
 use crate::domain::*;
+
+/// The advisory lock that serializes claims across instances.
+const CLAIM_LOCK: i64 = 0x5046_4c4f_5700_0001;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
@@ -41,24 +44,20 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
         self
     }
 
-    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>> {
-        // SKIP LOCKED: concurrent workers (of any instance) take disjoint rows without waiting.
-        let sql = format!(
-            "UPDATE deliveries SET status = 'sending', updated_at = $1, \
-               lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations d \
-                                                    WHERE d.id = deliveries.destination_id) \
-             WHERE id IN (SELECT id FROM deliveries \
-                          WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
-                          ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
-             RETURNING {}",
-            shared::DELIVERY
-        );
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+    async fn claim(&self, now: UnixMs, limit: i64, lease_margin_ms: i64, limits: &ClaimLimits) -> Result<Vec<Delivery>> {
+        let mut tx = self.pool.begin().await?;
+        // Claims from every instance take turns, so the per-destination in-flight count
+        // they read is exact; a claim takes milliseconds.
+        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(CLAIM_LOCK).execute(&mut *tx).await?;
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql())
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
-            .fetch_all(&self.pool)
+            .bind(limits.per_destination)
+            .bind(limits.retries)
+            .fetch_all(&mut *tx)
             .await?;
+        tx.commit().await?;
         rows::convert_all(rows)
     }
 

@@ -28,6 +28,40 @@ pub(super) const USER: &str = "id, email, password_hash, role, created_at, disab
 pub(super) const NOTIFICATION: &str =
     "id, space_id, kind, subject_kind, subject_id, message, created_at, read_at";
 
+/// How many of the earliest due deliveries a claim looks at to find ones it may take.
+pub(super) const CLAIM_SCAN: i64 = 5000;
+
+/// The claim, shared by both backends: the earliest due deliveries, at most
+/// `$4` in flight per destination (counting what is already `sending`, on every
+/// instance), at most `$5` of them retries, moved to `sending` under a lease.
+/// `$1` now, `$2` limit, `$3` lease margin.
+pub(super) fn claim_sql() -> String {
+    format!(
+        "WITH due AS ( \
+           SELECT id, destination_id, status, next_attempt_at FROM deliveries \
+           WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
+           ORDER BY next_attempt_at, id LIMIT {CLAIM_SCAN} \
+         ), busy AS ( \
+           SELECT destination_id, COUNT(*) AS n FROM deliveries WHERE status = 'sending' GROUP BY destination_id \
+         ), ranked AS ( \
+           SELECT due.id, due.status, due.next_attempt_at, \
+             ROW_NUMBER() OVER (PARTITION BY due.destination_id ORDER BY due.next_attempt_at, due.id) \
+               + COALESCE(busy.n, 0) AS slot, \
+             ROW_NUMBER() OVER (PARTITION BY due.status ORDER BY due.next_attempt_at, due.id) AS nth \
+           FROM due LEFT JOIN busy ON busy.destination_id = due.destination_id \
+         ), chosen AS ( \
+           SELECT id FROM ranked WHERE slot <= $4 AND (status = 'pending' OR nth <= $5) \
+           ORDER BY next_attempt_at, id LIMIT $2 \
+         ) \
+         UPDATE deliveries SET status = 'sending', updated_at = $1, \
+           lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations t \
+                                                WHERE t.id = deliveries.destination_id) \
+         WHERE id IN (SELECT id FROM chosen) \
+         RETURNING {}",
+        DELIVERY
+    )
+}
+
 /// Rows per multi-row INSERT when fanning an event out (below both backends' bind limits).
 pub(super) const FAN_OUT_CHUNK: usize = 500;
 
@@ -71,13 +105,17 @@ macro_rules! impl_storage {
                     }
                 }
 
+                // A prefilter in SQL (event types are JSON text; `_` in a LIKE pattern may match
+                // too much, never too little), the exact match in `subscribes_to` below.
                 let sql = format!(
-                    "SELECT {} FROM destinations WHERE space_id = $1",
+                    "SELECT {} FROM destinations WHERE space_id = $1 \
+                     AND (event_types IS NULL OR event_types LIKE $2 OR event_types LIKE '%\"*\"%')",
                     shared::DESTINATION
                 );
                 let destinations: Vec<Destination> = rows::convert_all(
                     sqlx::query_as::<_, rows::DestinationRow>(&sql)
                         .bind(&space)
+                        .bind(format!("%\"{}\"%", e.event_type))
                         .fetch_all(&mut **tx)
                         .await?,
                 )?;
@@ -818,6 +856,9 @@ macro_rules! impl_storage {
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
+                // The slot is dated when the lock is granted, not when it was asked for: waiting
+                // for the lock must not make a window look older than it is.
+                let now = now.max(crate::clock::now_ms());
                 sqlx::query("DELETE FROM rate_events WHERE key = $1 AND at <= $2")
                     .bind(key)
                     .bind(now - window_ms)
@@ -969,6 +1010,35 @@ macro_rules! impl_storage {
                     .fetch_one(&self.pool)
                     .await?
                     .try_into()
+            }
+
+            async fn defer_rate_limited(&self, id: DeliveryId, scope: RateScope, until: UnixMs, now: UnixMs) -> Result<()> {
+                let mut tx = self.pool.begin().await?;
+                sqlx::query(
+                    "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
+                     lease_expires_at = NULL, next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
+                     WHERE id = $3 AND status = 'sending'",
+                )
+                .bind(until)
+                .bind(now)
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                let (column, key) = match scope {
+                    RateScope::Destination(d) => ("destination_id", d.to_string()),
+                    RateScope::Space(s) => ("space_id", s.to_string()),
+                };
+                sqlx::query(&format!(
+                    "UPDATE deliveries SET next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
+                     WHERE {column} = $3 AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at < $1"
+                ))
+                .bind(until)
+                .bind(now)
+                .bind(key)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
             }
 
             async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery> {
@@ -1230,6 +1300,140 @@ macro_rules! impl_storage {
                     return Err(StorageError::NotFound);
                 }
                 Ok(())
+            }
+
+            // Console (issue 7).
+
+            async fn count_deliveries(&self, f: &DeliveryFilter, before: Option<DeliveryId>, cap: i64) -> Result<i64> {
+                let mut q = sqlx::QueryBuilder::<$db>::new("SELECT COUNT(*) FROM (SELECT 1 FROM deliveries WHERE 1 = 1");
+                if let Some(space) = f.space_id {
+                    q.push(" AND space_id = ").push_bind(space.to_string());
+                }
+                if let Some(status) = f.status {
+                    q.push(" AND status = ").push_bind(status.as_str());
+                }
+                if let Some(dst) = f.destination_id {
+                    q.push(" AND destination_id = ").push_bind(dst.to_string());
+                }
+                if let Some(t) = &f.event_type {
+                    q.push(" AND event_type = ").push_bind(t.clone());
+                }
+                if let Some(class) = f.error_class {
+                    q.push(" AND last_error_class = ").push_bind(class.as_str());
+                }
+                if let Some(since) = f.since {
+                    q.push(" AND id >= ").push_bind(DeliveryId::lower_bound_at(since).to_string());
+                }
+                if let Some(until) = f.until {
+                    q.push(" AND id < ").push_bind(DeliveryId::lower_bound_at(until).to_string());
+                }
+                if let Some(before) = before {
+                    q.push(" AND id < ").push_bind(before.to_string());
+                }
+                q.push(" LIMIT ").push_bind(cap).push(") AS matching");
+                let (n,): (i64,) = q.build_query_as().fetch_one(&self.pool).await?;
+                Ok(n)
+            }
+
+            async fn delivery_histogram(
+                &self,
+                space_id: Option<SpaceId>,
+                since: UnixMs,
+                bucket_ms: i64,
+            ) -> Result<Vec<(SpaceId, UnixMs, DeliveryStatus, Option<ErrorClass>, i64)>> {
+                let rows: Vec<(String, i64, String, Option<String>, i64)> = sqlx::query_as(
+                    "SELECT space_id, (created_at / $1) * $1, status, last_error_class, COUNT(*) FROM deliveries \
+                     WHERE id >= $2 AND ($3 IS NULL OR space_id = $3) GROUP BY 1, 2, 3, 4",
+                )
+                .bind(bucket_ms.max(1))
+                .bind(DeliveryId::lower_bound_at(since).to_string())
+                .bind(space_id.map(|s| s.to_string()))
+                .fetch_all(&self.pool)
+                .await?;
+                let corrupt = |what: &str, e: &dyn std::fmt::Display| StorageError::Corrupt(format!("deliveries.{what}: {e}"));
+                rows.into_iter()
+                    .map(|(space, bucket, status, class, n)| {
+                        Ok((
+                            space.parse().map_err(|e| corrupt("space_id", &e))?,
+                            bucket,
+                            status.parse().map_err(|e| corrupt("status", &e))?,
+                            class.map(|c| c.parse()).transpose().map_err(|e| corrupt("last_error_class", &e))?,
+                            n,
+                        ))
+                    })
+                    .collect()
+            }
+
+            async fn delivery_backlog(&self) -> Result<Vec<(SpaceId, i64, i64, i64)>> {
+                let rows: Vec<(String, String, bool, i64)> = sqlx::query_as(
+                    "SELECT space_id, status, paused, COUNT(*) FROM deliveries \
+                     WHERE status IN ('pending', 'retrying', 'sending') GROUP BY space_id, status, paused",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                let mut out: Vec<(SpaceId, i64, i64, i64)> = Vec::new();
+                for (space, status, paused, n) in rows {
+                    let space: SpaceId =
+                        space.parse().map_err(|e| StorageError::Corrupt(format!("deliveries.space_id: {e}")))?;
+                    let i = match out.iter().position(|(s, ..)| *s == space) {
+                        Some(i) => i,
+                        None => {
+                            out.push((space, 0, 0, 0));
+                            out.len() - 1
+                        }
+                    };
+                    if status == "sending" {
+                        out[i].3 += n;
+                    } else {
+                        out[i].1 += n;
+                        if paused {
+                            out[i].2 += n;
+                        }
+                    }
+                }
+                Ok(out)
+            }
+
+            async fn failing_destinations(&self, limit: i64) -> Result<Vec<Destination>> {
+                let sql = format!(
+                    "SELECT {} FROM destinations WHERE status = 'inactive' OR consecutive_dead_letters > 0 \
+                     ORDER BY CASE WHEN status = 'inactive' THEN 0 ELSE 1 END, consecutive_dead_letters DESC, id \
+                     LIMIT $1",
+                    shared::DESTINATION
+                );
+                let rows = sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn get_destination_by_id(&self, id: DestinationId) -> Result<Destination> {
+                let sql = format!("SELECT {} FROM destinations WHERE id = $1", shared::DESTINATION);
+                sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                    .bind(id.to_string())
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_into()
+            }
+
+            async fn count_failed_unresent(&self, destination_id: DestinationId) -> Result<i64> {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT COUNT(*) FROM deliveries WHERE destination_id = $1 AND status = 'failed' AND resent_as IS NULL",
+                )
+                .bind(destination_id.to_string())
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(n)
+            }
+
+            async fn count_rate_events(&self, key: &str, window_ms: i64, now: UnixMs) -> Result<i64> {
+                let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM rate_events WHERE key = $1 AND at > $2")
+                    .bind(key)
+                    .bind(now - window_ms)
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(n)
             }
         }
     };

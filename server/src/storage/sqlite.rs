@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use super::{
-    rows, shared, Backend, BulkOutcome, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
+    rows, shared, Backend, BulkOutcome, ClaimLimits, RateScope, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
     StorageError,
 };
 use crate::domain::*;
@@ -56,22 +56,14 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
         self
     }
 
-    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>> {
-        // One atomic statement: SQLite has a single writer, so no two workers can take the same row.
-        let sql = format!(
-            "UPDATE deliveries SET status = 'sending', updated_at = $1, \
-               lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations d \
-                                                    WHERE d.id = deliveries.destination_id) \
-             WHERE id IN (SELECT id FROM deliveries \
-                          WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
-                          ORDER BY next_attempt_at LIMIT $2) \
-             RETURNING {}",
-            shared::DELIVERY
-        );
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+    async fn claim(&self, now: UnixMs, limit: i64, lease_margin_ms: i64, limits: &ClaimLimits) -> Result<Vec<Delivery>> {
+        // One statement: SQLite has a single writer, so the in-flight count it reads is exact.
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql())
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
+            .bind(limits.per_destination)
+            .bind(limits.retries)
             .fetch_all(&self.pool)
             .await?;
         rows::convert_all(rows)

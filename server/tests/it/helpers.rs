@@ -285,6 +285,12 @@ impl Received {
 #[derive(Clone)]
 pub struct Receiver {
     pub addr: SocketAddr,
+    /// Requests being answered right now, and the most there ever were at once.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    max_in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// `webhook-id`s being answered right now, to catch a delivery in flight twice.
+    open_ids: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    overlaps: Arc<std::sync::atomic::AtomicUsize>,
     got: Arc<std::sync::Mutex<Vec<Received>>>,
     script: Arc<std::sync::Mutex<std::collections::VecDeque<Reply>>>,
     default: Arc<std::sync::Mutex<Reply>>,
@@ -295,6 +301,10 @@ impl Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let r = Receiver {
             addr: listener.local_addr().unwrap(),
+            in_flight: Default::default(),
+            max_in_flight: Default::default(),
+            open_ids: Default::default(),
+            overlaps: Default::default(),
             got: Default::default(),
             script: Default::default(),
             default: Arc::new(std::sync::Mutex::new(Reply::status(200).body("ok"))),
@@ -303,7 +313,16 @@ impl Receiver {
         let app = axum::Router::new().fallback(move |req: axum::extract::Request| {
             let me = me.clone();
             async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                let now_in = me.in_flight.fetch_add(1, SeqCst) + 1;
+                me.max_in_flight.fetch_max(now_in, SeqCst);
                 let (parts, body) = req.into_parts();
+                let webhook_id = parts.headers.get("webhook-id").map(|v| v.to_str().unwrap_or("").to_owned());
+                if let Some(id) = &webhook_id {
+                    if !me.open_ids.lock().unwrap().insert(id.clone()) {
+                        me.overlaps.fetch_add(1, SeqCst);
+                    }
+                }
                 let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
                 me.got.lock().unwrap().push(Received {
                     path: parts.uri.path().to_owned(),
@@ -313,6 +332,10 @@ impl Receiver {
                 });
                 let reply = me.script.lock().unwrap().pop_front().unwrap_or_else(|| me.default.lock().unwrap().clone());
                 tokio::time::sleep(reply.delay).await;
+                if let Some(id) = &webhook_id {
+                    me.open_ids.lock().unwrap().remove(id);
+                }
+                me.in_flight.fetch_sub(1, SeqCst);
                 let mut resp = axum::response::Response::new(axum::body::Body::from(reply.body));
                 *resp.status_mut() = axum::http::StatusCode::from_u16(reply.status).unwrap();
                 for (k, v) in reply.headers {
@@ -339,6 +362,16 @@ impl Receiver {
 
     pub fn set_default(&self, reply: Reply) {
         *self.default.lock().unwrap() = reply;
+    }
+
+    /// The most requests this receiver was answering at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// How often a `webhook-id` arrived while the same one was still being answered.
+    pub fn overlaps(&self) -> usize {
+        self.overlaps.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn received(&self) -> Vec<Received> {

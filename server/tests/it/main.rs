@@ -13,6 +13,7 @@ mod schedule;
 mod standard_webhooks;
 mod health;
 mod incoming;
+mod limits;
 mod bots;
 mod helpers;
 mod storage;

@@ -1,0 +1,467 @@
+//! `partyflow-bench`: the speed of PartyFlow Hooks, measured in one run.
+//!
+//! Starts the real server in this process on a temporary database (SQLite, or
+//! PostgreSQL with `--postgres URL`), a loopback receiver, and a load generator,
+//! then prints for each scenario: events accepted/s and API latency, end-to-end
+//! deliveries/s, publish→first-attempt latency, server RSS, and the direct
+//! loopback limit (the same receiver driven by the same client without the
+//! server in between) with the ratio. Run it with `./dev bench`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::json;
+use server::config::Config;
+use server::domain::Plan;
+use server::storage::Storage;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(about = "Benchmarks PartyFlow Hooks end to end on this machine")]
+struct Args {
+    /// A PostgreSQL URL to bench on (a fresh database is created in it); SQLite otherwise.
+    #[arg(long)]
+    postgres: Option<String>,
+    /// Events per flood scenario.
+    #[arg(long, default_value_t = 5000)]
+    events: usize,
+    /// Concurrent publishers.
+    #[arg(long, default_value_t = 32)]
+    publishers: usize,
+    /// Seconds of steady traffic per latency scenario.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Deliveries waiting for retries in the backlog scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    backlog: usize,
+    /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,wide,backlog).
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// Arrival time of each `webhook-id` at the receiver.
+#[derive(Clone, Default)]
+struct Arrivals(Arc<Mutex<HashMap<String, Instant>>>, Arc<std::sync::atomic::AtomicUsize>);
+
+impl Arrivals {
+    fn count(&self) -> usize {
+        self.1.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn reset(&self) {
+        self.0.lock().unwrap().clear();
+        self.1.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+async fn start_receiver() -> (SocketAddr, Arrivals) {
+    let arrivals = Arrivals::default();
+    let a = arrivals.clone();
+    let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+        let a = a.clone();
+        async move {
+            let now = Instant::now();
+            if let Some(id) = headers.get("webhook-id").and_then(|v| v.to_str().ok()) {
+                a.0.lock().unwrap().entry(id.to_owned()).or_insert(now);
+            }
+            a.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            "ok"
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (addr, arrivals)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+struct Bench {
+    base: String,
+    key: String,
+    space: String,
+    storage: Arc<dyn Storage>,
+    client: reqwest::Client,
+    receiver: SocketAddr,
+    arrivals: Arrivals,
+}
+
+impl Bench {
+    async fn destination(&self, body: serde_json::Value) -> String {
+        let resp = self
+            .client
+            .post(format!("{}/v1/projects/{}/destinations", self.base, self.space))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        resp.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+    }
+
+    async fn delete_destinations(&self) {
+        let space = self.space.parse().unwrap();
+        for d in self.storage.list_destinations(space).await.unwrap() {
+            self.storage.delete_destination(space, d.id).await.unwrap();
+        }
+    }
+
+    /// Publishes `n` events with `publishers` concurrent clients; returns (wall time, latencies ms, publish instants).
+    async fn flood(&self, n: usize, publishers: usize, types: &[String]) -> (Duration, Vec<f64>, HashMap<String, Instant>) {
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..publishers {
+            let (client, url, key, next, types) = (
+                self.client.clone(),
+                format!("{}/v1/projects/{}/events", self.base, self.space),
+                self.key.clone(),
+                next.clone(),
+                types.to_vec(),
+            );
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut sent = HashMap::new();
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let t = Instant::now();
+                    let resp = client
+                        .post(&url)
+                        .bearer_auth(&key)
+                        .json(&json!({"type": types[i % types.len()], "payload": {"i": i, "text": "hello from the benchmark"}}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(resp.status(), 202);
+                    let id = resp.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+                    lat.push(t.elapsed().as_secs_f64() * 1000.0);
+                    sent.insert(id, t);
+                }
+                (lat, sent)
+            }));
+        }
+        let mut lat = Vec::new();
+        let mut sent = HashMap::new();
+        for t in tasks {
+            let (l, s) = t.await.unwrap();
+            lat.extend(l);
+            sent.extend(s);
+        }
+        (started.elapsed(), lat, sent)
+    }
+
+    /// Publishes at `rate` events/s for `secs`, returns (publish latencies, publish instants).
+    async fn steady(&self, rate: u64, secs: u64) -> (Vec<f64>, HashMap<String, Instant>) {
+        let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let total = rate * secs;
+        let mut tasks = Vec::new();
+        for i in 0..total {
+            ticker.tick().await;
+            let (client, url, key) =
+                (self.client.clone(), format!("{}/v1/projects/{}/events", self.base, self.space), self.key.clone());
+            tasks.push(tokio::spawn(async move {
+                let t = Instant::now();
+                let resp = client
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&json!({"type": "steady", "payload": {"i": i}}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status(), 202);
+                let id = resp.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+                (t.elapsed().as_secs_f64() * 1000.0, id, t)
+            }));
+        }
+        let mut lat = Vec::new();
+        let mut sent = HashMap::new();
+        for t in tasks {
+            let (l, id, at) = t.await.unwrap();
+            lat.push(l);
+            sent.insert(id, at);
+        }
+        (lat, sent)
+    }
+
+    async fn wait_for(&self, n: usize, limit: Duration) -> Duration {
+        let start = Instant::now();
+        while self.arrivals.count() < n {
+            if start.elapsed() > limit {
+                eprintln!("  (gave up waiting: {} of {n} arrived)", self.arrivals.count());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        start.elapsed()
+    }
+
+    /// Publish→first-attempt latencies (ms) for events that arrived.
+    fn first_attempt_latencies(&self, sent: &HashMap<String, Instant>) -> Vec<f64> {
+        let arrivals = self.arrivals.0.lock().unwrap();
+        let mut lat: Vec<f64> = sent
+            .iter()
+            .filter_map(|(id, at)| arrivals.get(id).map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        lat
+    }
+
+    /// The same receiver, driven by the same client, with no server in between.
+    async fn direct_limit(&self, n: usize, publishers: usize) -> f64 {
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..publishers {
+            let (client, url, next) = (self.client.clone(), format!("http://{}/direct", self.receiver), next.clone());
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let resp = client
+                        .post(&url)
+                        .header("webhook-id", format!("direct_{i}"))
+                        .json(&json!({"i": i, "text": "hello from the benchmark"}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert!(resp.status().is_success());
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        n as f64 / started.elapsed().as_secs_f64()
+    }
+}
+
+fn print_latency(label: &str, mut lat: Vec<f64>) {
+    lat.sort_by(f64::total_cmp);
+    println!(
+        "  {label}: p50 {:.1} ms  p95 {:.1} ms  p99 {:.1} ms  (n={})",
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.95),
+        percentile(&lat, 0.99),
+        lat.len()
+    );
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let wants = |s: &str| args.only.as_deref().is_none_or(|o| o.split(',').any(|x| x == s));
+    let dir = tempfile::tempdir()?;
+    let url = match &args.postgres {
+        None => format!("sqlite://{}/bench.db", dir.path().display()),
+        Some(admin) => {
+            let name = format!("bench_{}", ulid::Ulid::new().to_string().to_lowercase());
+            let pool = sqlx::PgPool::connect(admin).await?;
+            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await?;
+            format!("{}/{name}", admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin))
+        }
+    };
+    let storage = server::storage::connect(&url).await?;
+    storage.migrate().await?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let mut config = Config { database_url: url.clone(), listen: addr, allow_networks: "127.0.0.0/8".into(), ..Config::default() };
+    config.dispatch.idle_poll_ms = 1000;
+    // The benchmark measures the engine, not the plan limit.
+    config.limits.outgoing_per_second.enterprise = 1_000_000;
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(server::startup::run(config, storage.clone(), listener, shutdown.clone()));
+    let space = server::admin::create_space(storage.as_ref(), "bench", Plan::Enterprise).await?;
+    let (receiver, arrivals) = start_receiver().await;
+    let bench = Bench {
+        base: format!("http://{addr}"),
+        key: space.api_key.clone(),
+        space: space.space.id.to_string(),
+        storage: storage.clone(),
+        client: reqwest::Client::builder().pool_max_idle_per_host(256).build()?,
+        receiver,
+        arrivals,
+    };
+    let backend = if args.postgres.is_some() { "PostgreSQL" } else { "SQLite" };
+    println!(
+        "PartyFlow Hooks benchmark — {backend}, {} cores, {} events per flood, {} publishers",
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        args.events,
+        args.publishers
+    );
+
+    let direct = bench.direct_limit(args.events, args.publishers).await;
+    bench.arrivals.reset();
+    println!("direct loopback limit (same client → same receiver, no server): {direct:.0} requests/s");
+
+    let mut peak_rss = rss_mb();
+    if wants("flood") {
+        bench.destination(json!({"url": format!("http://{receiver}/flood")})).await;
+        let (wall, lat, _) = bench.flood(args.events, args.publishers, &["flood".into()]).await;
+        let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
+        let e2e = args.events as f64 / (wall + drained).as_secs_f64();
+        peak_rss = peak_rss.max(rss_mb());
+        println!("\n[flood → 1 destination]");
+        println!("  events accepted: {:.0}/s", args.events as f64 / wall.as_secs_f64());
+        print_latency("publish latency", lat);
+        println!("  end-to-end deliveries: {e2e:.0}/s  ({:.0} % of the direct limit)", 100.0 * e2e / direct);
+        println!("  process RSS: {:.0} MB", rss_mb());
+        bench.delete_destinations().await;
+        bench.arrivals.reset();
+    }
+    if wants("fanout") {
+        for i in 0..10 {
+            bench.destination(json!({"url": format!("http://{receiver}/fan/{i}")})).await;
+        }
+        let n = args.events / 10;
+        let (wall, lat, _) = bench.flood(n, args.publishers, &["fan".into()]).await;
+        let drained = bench.wait_for(n * 10, Duration::from_secs(300)).await;
+        peak_rss = peak_rss.max(rss_mb());
+        println!("\n[fan-out → 10 destinations]");
+        println!("  events accepted: {:.0}/s", n as f64 / wall.as_secs_f64());
+        print_latency("publish latency", lat);
+        println!("  end-to-end deliveries: {:.0}/s", (n * 10) as f64 / (wall + drained).as_secs_f64());
+        bench.delete_destinations().await;
+        bench.arrivals.reset();
+    }
+    for (name, rate) in [("steady", 200_u64), ("steady1000", 1000)] {
+        if !wants(name) {
+            continue;
+        }
+        bench.destination(json!({"url": format!("http://{receiver}/steady")})).await;
+        let (lat, sent) = bench.steady(rate, args.seconds).await;
+        bench.wait_for(sent.len(), Duration::from_secs(60)).await;
+        peak_rss = peak_rss.max(rss_mb());
+        println!("\n[steady {rate} events/s for {} s]", args.seconds);
+        print_latency("publish latency", lat);
+        print_latency("publish → first attempt", bench.first_attempt_latencies(&sent));
+        bench.delete_destinations().await;
+        bench.arrivals.reset();
+    }
+    if wants("wide") {
+        // 10,000 destinations, each subscribed to its own type; the same number of deliveries as the flood.
+        let space_id = bench.space.parse().unwrap();
+        let now = server::clock::now_ms();
+        for i in 0..10_000 {
+            let d = server::domain::Destination {
+                id: server::domain::DestinationId::new(),
+                space_id,
+                url: format!("http://{receiver}/wide/{i}"),
+                description: String::new(),
+                event_types: Some(vec![format!("wide.{i}")]),
+                secret: server::dispatch::signing::new_secret(),
+                previous_secret: None,
+                previous_secret_expires_at: None,
+                rate_limit: None,
+                max_attempts: 8,
+                timeout_seconds: 30,
+                retry_policy: json!({"preset": "partyflow"}),
+                transformation: None,
+                status: server::domain::DestinationStatus::Active,
+                consecutive_dead_letters: 0,
+                skipped_events: 0,
+                disabled_reason: None,
+                created_at: now,
+                updated_at: now,
+            };
+            storage.create_destination(&d).await?;
+        }
+        let types: Vec<String> = (0..10_000).map(|i| format!("wide.{i}")).collect();
+        let (wall, lat, _) = bench.flood(args.events, args.publishers, &types).await;
+        let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
+        peak_rss = peak_rss.max(rss_mb());
+        println!("\n[10,000 destinations, one delivery per event]");
+        println!("  events accepted: {:.0}/s", args.events as f64 / wall.as_secs_f64());
+        print_latency("publish latency", lat);
+        println!("  end-to-end deliveries: {:.0}/s", args.events as f64 / (wall + drained).as_secs_f64());
+        bench.delete_destinations().await;
+        bench.arrivals.reset();
+    }
+    if wants("backlog") {
+        bench.destination(json!({"url": format!("http://{receiver}/steady")})).await;
+        let (_, base) = bench.steady(200, args.seconds.min(5)).await;
+        bench.wait_for(base.len(), Duration::from_secs(60)).await;
+        let baseline = bench.first_attempt_latencies(&base);
+        bench.arrivals.reset();
+        let loaded = Instant::now();
+        fill_backlog(&bench, args.backlog).await?;
+        println!("\n[fresh traffic while {} deliveries wait for retries] (backlog written in {:.0} s)", args.backlog, loaded.elapsed().as_secs_f64());
+        let (_, sent) = bench.steady(200, args.seconds).await;
+        bench.wait_for(sent.len(), Duration::from_secs(120)).await;
+        peak_rss = peak_rss.max(rss_mb());
+        let with_backlog = bench.first_attempt_latencies(&sent);
+        print_latency("publish → first attempt, no backlog", baseline.clone());
+        print_latency("publish → first attempt, with backlog", with_backlog.clone());
+        println!("  p99 ratio: {:.2}×", percentile(&with_backlog, 0.99) / percentile(&baseline, 0.99));
+    }
+    println!("\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB");
+    shutdown.cancel();
+    let _ = server.await;
+    Ok(())
+}
+
+/// Writes `n` deliveries that wait for a retry an hour from now, straight into the database.
+async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
+    let space_id: server::domain::SpaceId = bench.space.parse()?;
+    let dst = bench.destination(json!({"url": format!("http://{}/backlog", bench.receiver), "eventTypes": ["backlog"]})).await;
+    let event = server::storage::NewEvent {
+        event: server::domain::Event {
+            id: server::domain::EventId::new(),
+            space_id,
+            event_type: "backlog".into(),
+            payload: json!({}),
+            created_at: server::clock::now_ms(),
+        },
+        idempotency_key: None,
+        request_hash: String::new(),
+    };
+    bench.storage.publish_event(&event, server::clock::now_ms()).await?;
+    let later = server::clock::now_ms() + 3_600_000;
+    let any = bench.storage.as_any();
+    let sql = "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
+               next_attempt_at, last_error_class, last_status_code, created_at, updated_at) ";
+    for chunk_start in (0..n).step_by(5000) {
+        let rows = (chunk_start..(chunk_start + 5000).min(n)).map(|_| server::domain::DeliveryId::new().to_string());
+        if let Some(s) = any.downcast_ref::<server::storage::sqlite::SqliteStorage>() {
+            let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql);
+            q.push_values(rows, |mut b, id| {
+                b.push_bind(id).push_bind(&bench.space).push_bind(event.event.id.to_string()).push_bind(&dst)
+                    .push_bind("backlog").push_bind("retrying").push_bind(1_i64).push_bind(later)
+                    .push_bind("http").push_bind(503_i64).push_bind(later - 3_600_000).push_bind(later - 3_600_000);
+            });
+            q.build().execute(s.pool()).await?;
+        } else if let Some(s) = any.downcast_ref::<server::storage::postgres::PostgresStorage>() {
+            let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(sql);
+            q.push_values(rows, |mut b, id| {
+                b.push_bind(id).push_bind(&bench.space).push_bind(event.event.id.to_string()).push_bind(&dst)
+                    .push_bind("backlog").push_bind("retrying").push_bind(1_i64).push_bind(later)
+                    .push_bind("http").push_bind(503_i64).push_bind(later - 3_600_000).push_bind(later - 3_600_000);
+            });
+            q.build().execute(s.pool()).await?;
+        }
+    }
+    Ok(())
+}
