@@ -1,8 +1,382 @@
-//! (being written)
-use axum::Router;
+//! Incoming webhooks, the senders' side (SPEC §3): `POST /hooks/{webhookId}/{token}`
+//! with `{"text": "...", "attachments"?: [...]}` becomes a message in the webhook's
+//! channel, answered `201` with the message.
+//!
+//! The order of the checks decides what counts towards auto-disable:
+//!
+//! 1. unknown webhook or wrong token → `401 invalid_token`, **not counted** (D8: anyone
+//!    can send it, and must not be able to disable someone else's webhook);
+//! 2. webhook disabled → `410 webhook_disabled`, not counted (it is already off);
+//! 3. from here on the request comes from the token's holder and every 4xx/5xx is
+//!    counted: body too large `413`, unreadable `400`, bad or replayed signature `401`
+//!    (when the webhook has a signing secret), malformed JSON `400`, wrong shape or
+//!    text `422`, our own failure `500`;
+//! 4. over the plan's rate for this webhook → `429` with `Retry-After`, **not counted** (D7).
+//!
+//! The rate limit comes *after* the payload checks, on purpose: a 429 says nothing
+//! about the webhook's health, so it must not hide a request that is broken anyway.
+//! Answering a bad payload with 429 would tell the sender "retry later" for a request
+//! that can never succeed (and the seed tells senders to retry 429s), and the failure
+//! streak would grow only as fast as the limit lets bad requests through. Checked
+//! last, only requests that would become messages take a slot, so the plan's number
+//! is exactly "messages per second", and a sender with a broken payload learns it
+//! at once from a 4xx it must not retry. The replay check (which remembers the
+//! `webhook-id`) comes after the rate limit, so a signed request refused with 429 can
+//! be sent again with the same `webhook-id`.
+//!
+//! Every counted failure grows the webhook's streak; the 100th in a row
+//! (`limits.incoming_disable_after`) disables it and notifies admins (storage does
+//! both). Every 2xx resets the streak. Tokens and secrets are never logged.
 
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{FromRequest, Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+
+use crate::auth;
+use crate::clock::now_ms;
+use crate::dispatch::signing::{self, VerifyError};
+use crate::domain::*;
+use crate::http::error::ApiError;
+use crate::http::v1::channels::{post_message, MessageBody, MessageView};
 use crate::startup::AppState;
+use crate::storage::{Slot, StorageError};
+
+/// How far a `webhook-timestamp` may be from our clock, either way (the Standard
+/// Webhooks default); older signed requests are refused as possible replays.
+pub const SIGNATURE_TOLERANCE_SECS: i64 = 5 * 60;
+/// The rate limits of SPEC §3 and §4 count messages per second.
+pub const RATE_WINDOW_MS: i64 = 1_000;
 
 pub fn router() -> Router<AppState> {
-    Router::new()
+    Router::new().route(
+        "/hooks/{webhook_id}/{token}",
+        post(receive).fallback(only_post),
+    )
+}
+
+/// `405` in JSON like every other error, for senders that use another method.
+pub async fn only_post() -> Response {
+    let mut resp = ApiError::Status {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "method_not_allowed",
+        message: "send messages with POST".into(),
+    }
+    .into_response();
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    resp
+}
+
+/// Whole seconds for `Retry-After`: the wait rounded up, and at least 1.
+pub fn retry_after_secs(wait_ms: i64) -> i64 {
+    let wait_ms = wait_ms.max(1);
+    ((wait_ms + 999) / 1000).max(1)
+}
+
+/// A limiter's wait, kept within one window. Concurrent requests read the clock before
+/// their transactions run, so the oldest slot in the window can carry a time a few
+/// milliseconds after this request's own: the raw wait then exceeds the window (and
+/// would round up to `Retry-After: 2`) although a slot frees within one window.
+pub fn within_window(wait_ms: i64) -> i64 {
+    wait_ms.clamp(1, RATE_WINDOW_MS)
+}
+
+/// `429 rate_limited` with `Retry-After` in whole seconds, for a limiter that said
+/// "the next slot frees in `wait_ms`".
+pub fn too_many_requests(wait_ms: i64, what: &str) -> Response {
+    let secs = retry_after_secs(wait_ms);
+    let mut resp = ApiError::Status {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: "rate_limited",
+        message: format!("{what}; retry after {secs} s (Retry-After)"),
+    }
+    .into_response();
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    resp
+}
+
+/// Why a request with the right token did not become a message.
+enum Refusal {
+    /// Over the webhook's rate: not counted (D7).
+    RateLimited { wait_ms: i64, limit: i64 },
+    /// Counted towards auto-disable.
+    Failed(ApiError),
+}
+
+impl From<ApiError> for Refusal {
+    fn from(e: ApiError) -> Self {
+        Refusal::Failed(e)
+    }
+}
+
+impl From<StorageError> for Refusal {
+    fn from(e: StorageError) -> Self {
+        // The webhook and its channel were found a moment ago: anything now is ours.
+        Refusal::Failed(ApiError::Internal(e.into()))
+    }
+}
+
+fn invalid_token() -> ApiError {
+    ApiError::Status {
+        status: StatusCode::UNAUTHORIZED,
+        code: "invalid_token",
+        message: "no incoming webhook has this ID and token".into(),
+    }
+}
+
+fn invalid_signature(message: impl Into<String>) -> ApiError {
+    ApiError::Status {
+        status: StatusCode::UNAUTHORIZED,
+        code: "invalid_signature",
+        message: message.into(),
+    }
+}
+
+/// Equal hex digests, compared without an early exit.
+fn same_digest(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+async fn receive(
+    State(state): State<AppState>,
+    path: Result<Path<(String, String)>, PathRejection>,
+    request: Request,
+) -> Response {
+    let Ok(Path((webhook_id, token))) = path else {
+        return invalid_token().into_response();
+    };
+    let webhook = match authenticate(&state, &webhook_id, &token).await {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    if webhook.status == IncomingWebhookStatus::Disabled {
+        return ApiError::Status {
+            status: StatusCode::GONE,
+            code: "webhook_disabled",
+            message: format!(
+                "this incoming webhook is disabled (it is switched off after {} failed requests \
+                 in a row, or by an admin); an admin must re-enable it before it accepts messages again",
+                state.config.limits.incoming_disable_after
+            ),
+        }
+        .into_response();
+    }
+
+    let outcome = accept(&state, &webhook, request).await;
+    let success = match &outcome {
+        Ok(_) => true,
+        Err(Refusal::RateLimited { .. }) => return into_response(outcome),
+        Err(Refusal::Failed(_)) => false,
+    };
+    let limits = &state.config.limits;
+    match state
+        .storage
+        .record_incoming_result(webhook.id, success, limits.incoming_disable_after, now_ms())
+        .await
+    {
+        Ok(effects) if effects.disabled => tracing::warn!(
+            incoming_webhook.id = %webhook.id,
+            failures = effects.consecutive_failures,
+            "incoming webhook disabled after failed requests in a row"
+        ),
+        Ok(_) => {}
+        // The answer stands (a stored message stays stored); only the count is lost.
+        Err(e) => tracing::error!(
+            incoming_webhook.id = %webhook.id,
+            error = %e,
+            "could not count an incoming webhook request"
+        ),
+    }
+    let response = into_response(outcome);
+    if !success {
+        // The status only: messages may quote the payload.
+        tracing::debug!(
+            incoming_webhook.id = %webhook.id,
+            status = response.status().as_u16(),
+            "incoming webhook request refused"
+        );
+    }
+    response
+}
+
+fn into_response(outcome: Result<MessageView, Refusal>) -> Response {
+    match outcome {
+        Ok(view) => (StatusCode::CREATED, Json(view)).into_response(),
+        Err(Refusal::RateLimited { wait_ms, limit }) => too_many_requests(
+            wait_ms,
+            &format!("this webhook accepts at most {limit} messages per second"),
+        ),
+        Err(Refusal::Failed(e)) => e.into_response(),
+    }
+}
+
+/// The webhook the path names, if the token is its own; otherwise 401 `invalid_token`.
+async fn authenticate(
+    state: &AppState,
+    webhook_id: &str,
+    token: &str,
+) -> Result<IncomingWebhook, ApiError> {
+    let id: IncomingWebhookId = webhook_id.parse().map_err(|_| invalid_token())?;
+    let webhook = match state.storage.get_incoming_webhook(id).await {
+        Ok(w) => w,
+        Err(StorageError::NotFound) => return Err(invalid_token()),
+        Err(e) => return Err(e.into()),
+    };
+    if same_digest(&auth::hash_token(token), &webhook.token_hash) {
+        Ok(webhook)
+    } else {
+        Err(invalid_token())
+    }
+}
+
+/// Everything after authentication: the body, the signature, the payload, the
+/// rate limit, the replay check, and the message itself.
+async fn accept(
+    state: &AppState,
+    webhook: &IncomingWebhook,
+    request: Request,
+) -> Result<MessageView, Refusal> {
+    let headers = request.headers().clone();
+    // Reading through the extractor keeps the router's body limit (DefaultBodyLimit).
+    let body = Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| match rejection.status() {
+            StatusCode::PAYLOAD_TOO_LARGE => ApiError::Status {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "body_too_large",
+                message: format!(
+                    "the request body is larger than the {} bytes this server accepts",
+                    state.config.max_body_bytes
+                ),
+            },
+            status => ApiError::Status {
+                status,
+                code: "unreadable_body",
+                message: rejection.body_text(),
+            },
+        })?;
+
+    let signed_id = match &webhook.signing_secret {
+        Some(secret) => Some(check_signature(secret, &headers, &body)?),
+        None => None,
+    };
+
+    let message: MessageBody = serde_json::from_slice(&body).map_err(|e| {
+        if e.is_data() {
+            ApiError::invalid("invalid_body", format!("the body is not a message: {e}"))
+        } else {
+            ApiError::Status {
+                status: StatusCode::BAD_REQUEST,
+                code: "malformed_json",
+                message: format!("the body is not valid JSON: {e}"),
+            }
+        }
+    })?;
+    let new = message.check(state.config.limits.message_max_chars)?;
+
+    let space = state.storage.get_space(webhook.space_id).await?;
+    let limit = state.config.limits.incoming_per_second.for_plan(space.plan);
+    let key = format!("iwh:{}", webhook.id);
+    if let Slot::Wait(wait_ms) = state
+        .storage
+        .take_rate_slot(&key, limit, RATE_WINDOW_MS, now_ms())
+        .await?
+    {
+        return Err(Refusal::RateLimited {
+            wait_ms: within_window(wait_ms),
+            limit,
+        });
+    }
+
+    if let Some(msg_id) = signed_id {
+        if !state
+            .storage
+            .remember_incoming_message(webhook.id, &msg_id, now_ms())
+            .await?
+        {
+            return Err(invalid_signature(
+                "this webhook-id was received before; a replayed request is refused",
+            )
+            .into());
+        }
+    }
+
+    let channel = state
+        .storage
+        .get_channel(webhook.space_id, webhook.channel_id)
+        .await?;
+    let view = post_message(
+        state,
+        &channel,
+        new,
+        MessageSourceKind::IncomingWebhook,
+        Some(webhook.id.to_string()),
+    )
+    .await?;
+    Ok(view)
+}
+
+/// Checks the Standard Webhooks headers and returns the `webhook-id` they carry.
+fn check_signature(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<String, ApiError> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    };
+    let msg_id = text("webhook-id").trim();
+    if msg_id.is_empty() {
+        return Err(invalid_signature("the webhook-id header is missing"));
+    }
+    let now_secs = now_ms().div_euclid(1000);
+    match signing::verify(
+        secret,
+        msg_id,
+        text("webhook-timestamp"),
+        body,
+        text("webhook-signature"),
+        now_secs,
+        SIGNATURE_TOLERANCE_SECS,
+    ) {
+        Ok(()) => Ok(msg_id.to_owned()),
+        // The stored secret itself is unusable: our failure, not the sender's.
+        Err(VerifyError::Secret(e)) => Err(ApiError::Internal(
+            anyhow::Error::new(e).context("the incoming webhook's stored signing secret"),
+        )),
+        Err(e) => Err(invalid_signature(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_the_wait_rounded_up_to_whole_seconds_and_at_least_one() {
+        assert_eq!(retry_after_secs(-5), 1);
+        assert_eq!(retry_after_secs(0), 1);
+        assert_eq!(retry_after_secs(1), 1);
+        assert_eq!(retry_after_secs(999), 1);
+        assert_eq!(retry_after_secs(1_000), 1);
+        assert_eq!(retry_after_secs(1_001), 2);
+        assert_eq!(retry_after_secs(59_500), 60);
+    }
+
+    #[test]
+    fn digests_match_only_when_equal() {
+        let a = auth::hash_token("pfh_a");
+        assert!(same_digest(&a, &auth::hash_token("pfh_a")));
+        assert!(!same_digest(&a, &auth::hash_token("pfh_b")));
+        assert!(!same_digest(&a, &a[..63]));
+        assert!(!same_digest("", &a));
+    }
 }

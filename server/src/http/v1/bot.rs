@@ -1,8 +1,115 @@
-//! (being written)
-use axum::Router;
+//! The Bot REST API (SPEC §4): `POST /v1/bot/channels/{channelId}/messages` with
+//! `Authorization: Bot <token>` and `{"text": "...", "attachments"?: [...]}` posts a
+//! message into a channel of the bot's space, answered `201` with the message.
+//!
+//! At most `limits.bot_per_channel_per_second` messages per second go into one
+//! channel, all bots together; over it, `429` with `Retry-After`. As for incoming
+//! webhooks, the limit is checked last, so only requests that would become messages
+//! take a slot and a broken request learns what is wrong instead of "retry later".
 
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+
+use super::channels::{post_message, MessageBody};
+use super::extract::ApiJson;
+use crate::auth;
+use crate::clock::now_ms;
+use crate::domain::*;
+use crate::http::error::ApiError;
+use crate::http::hooks::{only_post, too_many_requests, within_window, RATE_WINDOW_MS};
 use crate::startup::AppState;
+use crate::storage::{Slot, StorageError};
 
 pub fn router() -> Router<AppState> {
-    Router::new()
+    Router::new().route(
+        "/bot/channels/{channel_id}/messages",
+        post(post_as_bot).fallback(only_post),
+    )
+}
+
+/// The live bot whose token is in `Authorization: Bot <token>`.
+struct BotCaller(Bot);
+
+/// 401 `invalid_bot_token`, with the scheme the API expects.
+struct InvalidBotToken;
+
+impl IntoResponse for InvalidBotToken {
+    fn into_response(self) -> Response {
+        let mut resp = ApiError::Status {
+            status: StatusCode::UNAUTHORIZED,
+            code: "invalid_bot_token",
+            message: "missing, invalid or revoked bot token: send `Authorization: Bot <token>`"
+                .into(),
+        }
+        .into_response();
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bot"));
+        resp
+    }
+}
+
+impl FromRequestParts<AppState> for BotCaller {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bot"))
+            .map(|(_, token)| token.trim())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| InvalidBotToken.into_response())?;
+        match state.storage.find_bot(&auth::hash_token(token)).await {
+            Ok(bot) => Ok(BotCaller(bot)),
+            Err(StorageError::NotFound) => Err(InvalidBotToken.into_response()),
+            Err(e) => Err(ApiError::from(e).into_response()),
+        }
+    }
+}
+
+async fn post_as_bot(
+    State(state): State<AppState>,
+    BotCaller(bot): BotCaller,
+    Path(channel_id): Path<String>,
+    ApiJson(body): ApiJson<MessageBody>,
+) -> Result<Response, ApiError> {
+    // A channel of another space is as unknown to the bot as one that does not exist.
+    let not_found = || ApiError::NotFound(format!("no channel {channel_id:?}"));
+    let id: ChannelId = channel_id.parse().map_err(|_| not_found())?;
+    let channel = match state.storage.get_channel(bot.space_id, id).await {
+        Ok(c) => c,
+        Err(StorageError::NotFound) => return Err(not_found()),
+        Err(e) => return Err(e.into()),
+    };
+    let limits = &state.config.limits;
+    let new = body.check(limits.message_max_chars)?;
+
+    let limit = limits.bot_per_channel_per_second;
+    let key = format!("botch:{}", channel.id);
+    if let Slot::Wait(wait_ms) = state
+        .storage
+        .take_rate_slot(&key, limit, RATE_WINDOW_MS, now_ms())
+        .await?
+    {
+        return Ok(too_many_requests(
+            within_window(wait_ms),
+            &format!("bots may post at most {limit} messages per second into one channel"),
+        ));
+    }
+
+    let view = post_message(
+        &state,
+        &channel,
+        new,
+        MessageSourceKind::Bot,
+        Some(bot.id.to_string()),
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(view)).into_response())
 }

@@ -1,8 +1,152 @@
-//! (being written)
-use axum::Router;
+//! `/v1/projects/{project}/bots`: create a bot (its token shown once), list and read
+//! bots, revoke one (SPEC §4, §5). Bots post through [`super::bot`].
 
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use super::channels::{list_query, page_by_id};
+use super::events::ListQuery;
+use super::extract::{ApiJson, Caller};
+use super::views::{rfc3339, PageOf};
+use crate::auth;
+use crate::clock::now_ms;
+use crate::domain::*;
+use crate::http::error::ApiError;
 use crate::startup::AppState;
+use crate::storage::StorageError;
+
+/// Bot tokens start with this, so a leaked one is recognisable.
+const TOKEN_PREFIX: &str = "pfb";
+/// The longest bot name, in characters.
+const MAX_NAME_CHARS: usize = 100;
 
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route("/projects/{project}/bots", post(create).get(list))
+        .route("/projects/{project}/bots/{id}", get(read))
+        .route("/projects/{project}/bots/{id}/revoke", post(revoke))
+}
+
+/// A bot as the API shows it; `token` only in the answer to its creation.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct BotView {
+    id: BotId,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
+    created_at: String,
+    revoked_at: Option<String>,
+}
+
+impl From<&Bot> for BotView {
+    fn from(b: &Bot) -> Self {
+        Self {
+            id: b.id,
+            name: b.name.clone(),
+            token: None,
+            created_at: rfc3339(b.created_at),
+            revoked_at: b.revoked_at.map(rfc3339),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> Result<(StatusCode, Json<BotView>), ApiError> {
+    let space_id = caller.space(&project)?;
+    let name = body.name.trim();
+    let chars = name.chars().count();
+    if chars == 0 || chars > MAX_NAME_CHARS || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            format!("a bot name needs 1 to {MAX_NAME_CHARS} characters and no control characters"),
+        ));
+    }
+    let token = auth::new_token(TOKEN_PREFIX);
+    let bot = Bot {
+        id: BotId::new(),
+        space_id,
+        name: name.to_owned(),
+        token_hash: auth::hash_token(&token),
+        created_at: now_ms(),
+        revoked_at: None,
+    };
+    state.storage.create_bot(&bot).await?;
+    let mut v = BotView::from(&bot);
+    v.token = Some(token);
+    Ok((StatusCode::CREATED, Json(v)))
+}
+
+/// The bot `id` of the caller's space (revoked ones included), or 404.
+async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) -> Result<Bot, ApiError> {
+    let space_id = caller.space(project)?;
+    let not_found = || ApiError::NotFound(format!("no bot {id:?}"));
+    let bot_id: BotId = id.parse().map_err(|_| not_found())?;
+    // Storage has no `get_bot`; a space has few bots, so its list is scanned.
+    state
+        .storage
+        .list_bots(space_id)
+        .await?
+        .into_iter()
+        .find(|b| b.id == bot_id)
+        .ok_or_else(not_found)
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<PageOf<BotView>>, ApiError> {
+    let space_id = caller.space(&project)?;
+    let q = list_query(q)?;
+    let all = state.storage.list_bots(space_id).await?;
+    let page = page_by_id(all, |b| b.id, q)?;
+    Ok(Json(PageOf {
+        data: page.data.iter().map(BotView::from).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<Json<BotView>, ApiError> {
+    Ok(Json(BotView::from(
+        &find(&state, &caller, &project, &id).await?,
+    )))
+}
+
+/// Revokes a bot's token for good; revoking it again answers the same.
+async fn revoke(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<Json<BotView>, ApiError> {
+    let mut bot = find(&state, &caller, &project, &id).await?;
+    if bot.revoked_at.is_none() {
+        let now = now_ms();
+        match state.storage.revoke_bot(bot.space_id, bot.id, now).await {
+            Ok(()) => bot.revoked_at = Some(now),
+            // Revoked meanwhile by another request: read what it wrote.
+            Err(StorageError::NotFound) => bot = find(&state, &caller, &project, &id).await?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Json(BotView::from(&bot)))
 }

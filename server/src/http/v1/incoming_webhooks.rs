@@ -1,8 +1,345 @@
-//! (being written)
-use axum::Router;
+//! `/v1/projects/{project}/incoming-webhooks`: create (the URL and token shown once),
+//! list, read, delete, enable (resets the failure streak) and disable (SPEC §3, §5).
+//! The senders' side, `POST /hooks/{id}/{token}`, is [`crate::http::hooks`].
 
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::channels::{find_channel, list_query, page_by_id};
+use super::events::ListQuery;
+use super::extract::{ApiJson, Caller};
+use super::views::{rfc3339, PageOf};
+use crate::auth;
+use crate::clock::now_ms;
+use crate::dispatch::signing;
+use crate::domain::*;
+use crate::http::error::ApiError;
 use crate::startup::AppState;
+use crate::storage::StorageError;
+
+/// Tokens of incoming webhooks start with this, so a leaked one is recognisable.
+const TOKEN_PREFIX: &str = "pfh";
+/// The longest webhook name, in characters.
+const MAX_NAME_CHARS: usize = 100;
+/// Key sizes the Standard Webhooks spec recommends for a `whsec_` secret (bytes).
+const SECRET_KEY_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
 
 pub fn router() -> Router<AppState> {
     Router::new()
+        .route(
+            "/projects/{project}/incoming-webhooks",
+            post(create).get(list),
+        )
+        .route(
+            "/projects/{project}/incoming-webhooks/{id}",
+            get(read).delete(remove),
+        )
+        .route(
+            "/projects/{project}/incoming-webhooks/{id}/enable",
+            post(enable),
+        )
+        .route(
+            "/projects/{project}/incoming-webhooks/{id}/disable",
+            post(disable),
+        )
+}
+
+/// An incoming webhook as the API shows it. `url`, `token` and a generated
+/// `signingSecret` appear only in the answer to its creation: only the token's hash is kept.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WebhookView {
+    id: IncomingWebhookId,
+    channel_id: ChannelId,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    signing_secret: Option<String>,
+    status: IncomingWebhookStatus,
+    consecutive_failures: i64,
+    /// Messages per second it accepts, from the space's plan.
+    rate_per_second: i64,
+    /// Whether senders must sign their requests (Standard Webhooks).
+    signed: bool,
+    created_at: String,
+    disabled_at: Option<String>,
+}
+
+fn view(w: &IncomingWebhook, rate_per_second: i64) -> WebhookView {
+    WebhookView {
+        id: w.id,
+        channel_id: w.channel_id,
+        name: w.name.clone(),
+        url: None,
+        token: None,
+        signing_secret: None,
+        status: w.status,
+        consecutive_failures: w.consecutive_failures,
+        rate_per_second,
+        signed: w.signing_secret.is_some(),
+        created_at: rfc3339(w.created_at),
+        disabled_at: w.disabled_at.map(rfc3339),
+    }
+}
+
+/// The plan's incoming rate (SPEC §3), for the `ratePerSecond` field.
+async fn rate_of(state: &AppState, space_id: SpaceId) -> Result<i64, ApiError> {
+    let space = state.storage.get_space(space_id).await?;
+    Ok(state.config.limits.incoming_per_second.for_plan(space.plan))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CreateBody {
+    channel_id: String,
+    name: String,
+    /// `true`: generate a secret (answered once); a `whsec_…` string: use it;
+    /// `false`, `null` or absent: requests are not signed.
+    #[serde(default)]
+    signing_secret: Option<Value>,
+}
+
+fn check_name(name: &str) -> Result<String, ApiError> {
+    let name = name.trim();
+    let chars = name.chars().count();
+    if chars == 0 || chars > MAX_NAME_CHARS || name.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            format!(
+                "a webhook name needs 1 to {MAX_NAME_CHARS} characters and no control characters"
+            ),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+/// The secret to store and whether it was generated here (then it is answered once).
+fn check_secret(given: Option<Value>) -> Result<(Option<String>, bool), ApiError> {
+    let invalid = |why: &str| {
+        ApiError::invalid(
+            "invalid_signing_secret",
+            format!("signingSecret must be true, false or a \"whsec_\" secret: {why}"),
+        )
+    };
+    match given {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => Ok((None, false)),
+        Some(Value::Bool(true)) => Ok((Some(signing::new_secret()), true)),
+        Some(Value::String(secret)) => {
+            signing::sign(&secret, "check", 0, b"").map_err(|e| invalid(&e.to_string()))?;
+            let key_len = secret
+                .strip_prefix("whsec_")
+                .and_then(|b64| BASE64.decode(b64).ok())
+                .map_or(0, |key| key.len());
+            if !SECRET_KEY_BYTES.contains(&key_len) {
+                return Err(invalid(&format!(
+                    "its key must have {} to {} bytes, not {key_len}",
+                    SECRET_KEY_BYTES.start(),
+                    SECRET_KEY_BYTES.end()
+                )));
+            }
+            Ok((Some(secret), false))
+        }
+        Some(_) => Err(invalid("got another kind of JSON value")),
+    }
+}
+
+/// `http://{host}/hooks/{id}/{token}` with the host the caller reached us by.
+fn hook_url(headers: &HeaderMap, state: &AppState, id: IncomingWebhookId, token: &str) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !h.is_empty())
+        .map(str::to_owned)
+        .unwrap_or_else(|| state.config.listen.to_string());
+    format!("http://{host}/hooks/{id}/{token}")
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<CreateBody>,
+) -> Result<(StatusCode, Json<WebhookView>), ApiError> {
+    let space_id = caller.space(&project)?;
+    let name = check_name(&body.name)?;
+    let (signing_secret, generated) = check_secret(body.signing_secret)?;
+    let channel = find_channel(&state, space_id, &body.channel_id)
+        .await
+        .map_err(|e| match e {
+            ApiError::NotFound(_) => ApiError::invalid(
+                "unknown_channel",
+                format!("this project has no channel {:?}", body.channel_id),
+            ),
+            other => other,
+        })?;
+    let token = auth::new_token(TOKEN_PREFIX);
+    let now = now_ms();
+    let webhook = IncomingWebhook {
+        id: IncomingWebhookId::new(),
+        space_id,
+        channel_id: channel.id,
+        name,
+        token_hash: auth::hash_token(&token),
+        signing_secret,
+        status: IncomingWebhookStatus::Active,
+        consecutive_failures: 0,
+        created_at: now,
+        updated_at: now,
+        disabled_at: None,
+    };
+    state.storage.create_incoming_webhook(&webhook).await?;
+    let mut v = view(&webhook, rate_of(&state, space_id).await?);
+    v.url = Some(hook_url(&headers, &state, webhook.id, &token));
+    v.token = Some(token);
+    if generated {
+        v.signing_secret = webhook.signing_secret.clone();
+    }
+    Ok((StatusCode::CREATED, Json(v)))
+}
+
+/// The webhook `id` of the caller's space, or 404 (also for other spaces' webhooks).
+async fn find(
+    state: &AppState,
+    caller: &Caller,
+    project: &str,
+    id: &str,
+) -> Result<IncomingWebhook, ApiError> {
+    let space_id = caller.space(project)?;
+    let not_found = || ApiError::NotFound(format!("no incoming webhook {id:?}"));
+    let webhook_id: IncomingWebhookId = id.parse().map_err(|_| not_found())?;
+    match state.storage.get_incoming_webhook(webhook_id).await {
+        Ok(w) if w.space_id == space_id => Ok(w),
+        Ok(_) | Err(StorageError::NotFound) => Err(not_found()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    q: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<PageOf<WebhookView>>, ApiError> {
+    let space_id = caller.space(&project)?;
+    let q = list_query(q)?;
+    let rate = rate_of(&state, space_id).await?;
+    let all = state.storage.list_incoming_webhooks(space_id).await?;
+    let page = page_by_id(all, |w| w.id, q)?;
+    Ok(Json(PageOf {
+        data: page.data.iter().map(|w| view(w, rate)).collect(),
+        next_cursor: page.next_cursor,
+    }))
+}
+
+async fn read(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<Json<WebhookView>, ApiError> {
+    let w = find(&state, &caller, &project, &id).await?;
+    Ok(Json(view(&w, rate_of(&state, w.space_id).await?)))
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let w = find(&state, &caller, &project, &id).await?;
+    state
+        .storage
+        .delete_incoming_webhook(w.space_id, w.id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn set_status(
+    state: &AppState,
+    caller: &Caller,
+    project: &str,
+    id: &str,
+    status: IncomingWebhookStatus,
+) -> Result<Json<WebhookView>, ApiError> {
+    let w = find(state, caller, project, id).await?;
+    let updated = state
+        .storage
+        .set_incoming_webhook_status(w.space_id, w.id, status, now_ms())
+        .await?;
+    Ok(Json(view(&updated, rate_of(state, w.space_id).await?)))
+}
+
+/// Re-enables a webhook (after auto-disable or by hand); its failure streak starts over.
+async fn enable(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<Json<WebhookView>, ApiError> {
+    set_status(
+        &state,
+        &caller,
+        &project,
+        &id,
+        IncomingWebhookStatus::Active,
+    )
+    .await
+}
+
+/// Disables a webhook by hand: senders get 410 until it is enabled again.
+async fn disable(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<Json<WebhookView>, ApiError> {
+    set_status(
+        &state,
+        &caller,
+        &project,
+        &id,
+        IncomingWebhookStatus::Disabled,
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signing_secret_is_generated_given_or_absent() {
+        let (secret, generated) = check_secret(Some(Value::Bool(true))).unwrap();
+        assert!(generated && secret.unwrap().starts_with("whsec_"));
+        for none in [None, Some(Value::Null), Some(Value::Bool(false))] {
+            assert_eq!(check_secret(none).unwrap(), (None, false));
+        }
+        let given = signing::new_secret();
+        assert_eq!(
+            check_secret(Some(Value::String(given.clone()))).unwrap(),
+            (Some(given), false)
+        );
+    }
+
+    #[test]
+    fn a_malformed_or_weak_signing_secret_is_refused() {
+        for bad in [
+            Value::String("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".into()),
+            Value::String("whsec_not base64!".into()),
+            Value::String("whsec_".into()),
+            // Valid base64, but a 3-byte key.
+            Value::String("whsec_YWJj".into()),
+            Value::from(42),
+        ] {
+            assert!(check_secret(Some(bad.clone())).is_err(), "{bad}");
+        }
+    }
 }
