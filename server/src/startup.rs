@@ -91,7 +91,7 @@ pub async fn run(
         .with_secure(config.secure_cookies)
         .with_expiry(Expiry::OnInactivity(time::Duration::minutes(config.session_idle_minutes)));
 
-    let app = router(state).layer(session_layer).layer(TraceLayer::new_for_http());
+    let app = router(state).layer(session_layer).layer(TraceLayer::new_for_http().make_span_with(request_span));
 
     tracing::info!(%addr, console = %format!("http://{addr}/"), "PartyFlow Hooks is serving");
     axum::serve(listener, app)
@@ -104,6 +104,16 @@ pub async fn run(
     cleanup.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The request span, with incoming-hook tokens cut out of the path: secrets never reach the logs.
+fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let path = req.uri().path();
+    let shown = match path.strip_prefix("/hooks/") {
+        Some(rest) => format!("/hooks/{}/…", rest.split('/').next().unwrap_or("")),
+        None => path.to_owned(),
+    };
+    tracing::info_span!("request", method = %req.method(), path = %shown)
 }
 
 fn leptos_options(config: &Config, addr: std::net::SocketAddr) -> LeptosOptions {

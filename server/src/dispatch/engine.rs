@@ -75,7 +75,15 @@ pub struct Engine {
     plans: Mutex<HashMap<SpaceId, (Plan, UnixMs)>>,
     /// Retries in flight in this process.
     retries_in_flight: Arc<std::sync::atomic::AtomicI64>,
+    /// Finished attempts on their way to the database, committed in groups.
+    finisher: tokio::sync::mpsc::Sender<FinishRequest>,
+    finish_queue: Mutex<Option<tokio::sync::mpsc::Receiver<FinishRequest>>>,
 }
+
+type FinishRequest = (FinishedAttempt, tokio::sync::oneshot::Sender<Result<crate::storage::FinishEffects, StorageError>>);
+
+/// The most finished attempts committed together.
+const FINISH_BATCH: usize = 256;
 
 const PLAN_TTL_MS: i64 = 10_000;
 /// Added to every rate window: a request leaves a little after its slot is granted, and a
@@ -85,6 +93,7 @@ const RATE_MARGIN_MS: i64 = 25;
 impl Engine {
     pub fn new(storage: Arc<dyn Storage>, network: ssrf::NetworkPolicy, settings: Settings) -> anyhow::Result<Self> {
         let network = Arc::new(network);
+        let (finisher, finish_queue) = tokio::sync::mpsc::channel(4096);
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             // A proxy would resolve names itself and bypass the SSRF guard.
@@ -102,6 +111,8 @@ impl Engine {
             transforms: Mutex::new(HashMap::new()),
             plans: Mutex::new(HashMap::new()),
             retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
+            finisher,
+            finish_queue: Mutex::new(Some(finish_queue)),
         })
     }
 
@@ -115,6 +126,12 @@ impl Engine {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
         let tracker = TaskTracker::new();
+        let committer = self
+            .finish_queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .map(|queue| tokio::spawn(self.clone().commit_finished(queue)));
         let cut_short = CancellationToken::new();
         let mut last_recovery = 0_i64;
         tracing::info!(concurrency = self.settings.concurrency, "dispatch engine started");
@@ -169,7 +186,51 @@ impl Engine {
             cut_short.cancel();
             tracker.wait().await;
         }
+        if let Some(task) = committer {
+            task.abort();
+        }
         tracing::info!("dispatch engine stopped");
+    }
+
+    /// Group commit: while one batch of finished attempts is being written, the next
+    /// ones queue up and go together in the following transaction. No added wait.
+    async fn commit_finished(self: Arc<Self>, mut queue: tokio::sync::mpsc::Receiver<FinishRequest>) {
+        while let Some(first) = queue.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < FINISH_BATCH {
+                match queue.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            let (finished, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+            let rule = &self.settings.auto_disable;
+            match self.storage.finish_attempts(&finished, rule, now_ms()).await {
+                Ok(effects) => {
+                    for (reply, e) in replies.into_iter().zip(effects) {
+                        let _ = reply.send(Ok(e));
+                    }
+                }
+                // One bad row must not fail its neighbours: write them one by one.
+                Err(_) => {
+                    for (f, reply) in finished.iter().zip(replies) {
+                        let _ = reply.send(self.storage.finish_attempt(f, rule, now_ms()).await);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records a finished attempt through the group commit.
+    async fn finish(&self, finished: FinishedAttempt) -> Result<crate::storage::FinishEffects, StorageError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        if let Err(tokio::sync::mpsc::error::SendError((finished, _))) = self.finisher.send((finished, reply)).await {
+            return self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await;
+        }
+        match answer.await {
+            Ok(result) => result,
+            Err(_) => Err(StorageError::Conflict("the engine stopped before the attempt was recorded".into())),
+        }
     }
 
     /// Sleeps until the next delivery is due, a wake-up, or shutdown.
@@ -290,16 +351,21 @@ impl Engine {
             next,
             only_if_lease_expired_before: None,
         };
-        let effects = self.storage.finish_attempt(&finished, &self.settings.auto_disable, now).await?;
-        let a = &finished.attempt;
+        let (next, status, class, duration_ms) = (
+            finished.next,
+            finished.attempt.response_status,
+            finished.attempt.error_class,
+            finished.attempt.duration_ms,
+        );
+        let effects = self.finish(finished).await?;
         tracing::debug!(
             delivery.id = %d.id,
             destination.id = %d.destination_id,
             attempt = attempts_made,
-            status = ?a.response_status,
-            error_class = ?a.error_class.map(|c| c.as_str()),
-            duration_ms = a.duration_ms,
-            next = ?finished.next,
+            status = ?status,
+            error_class = ?class.map(|c| c.as_str()),
+            duration_ms,
+            next = ?next,
             "attempt recorded"
         );
         if effects.destination_disabled {

@@ -279,6 +279,8 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// Records an attempt and its consequences: the delivery's new state, the
     /// destination's dead-letter streak, auto-disable and admin notifications.
     async fn finish_attempt(&self, finished: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects>;
+    /// Several finished attempts in one transaction (one commit for many attempts).
+    async fn finish_attempts(&self, batch: &[FinishedAttempt], rule: &AutoDisable, now: UnixMs) -> Result<Vec<FinishEffects>>;
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
 

@@ -18,6 +18,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgre
 #[derive(Debug, Clone)]
 pub struct PostgresStorage {
     pub(crate) pool: PgPool,
+    /// The same pool: PostgreSQL commits are durable either way.
+    pub(crate) engine_pool: PgPool,
 }
 
 impl PostgresStorage {
@@ -27,7 +29,7 @@ impl PostgresStorage {
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await?;
-        Ok(Self { pool })
+        Ok(Self { engine_pool: pool.clone(), pool })
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -162,6 +162,144 @@ macro_rules! impl_storage {
                 Ok(Some(Published::Created { event_id: e.id, deliveries, skipped: inactive.len() as i64 }))
             }
 
+            /// One finished attempt and its consequences, inside `tx`.
+            async fn finish_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                f: &FinishedAttempt,
+                rule: &AutoDisable,
+                now: UnixMs,
+            ) -> Result<FinishEffects> {
+                let a = &f.attempt;
+                // The delivery first: it is the guard (still ours?) and, on SQLite, takes the write lock.
+                let (status, used, next_at, finished_at) = match f.next {
+                    NextStep::Succeeded => (DeliveryStatus::Succeeded, 1_i64, None, Some(now)),
+                    NextStep::Retry { at } => (DeliveryStatus::Retrying, 1, Some(at), None),
+                    NextStep::DeadLetter => (DeliveryStatus::Failed, 1, None, Some(now)),
+                    NextStep::Lost { retry_at } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
+                };
+                let done = sqlx::query(
+                    "UPDATE deliveries SET \
+                       status = CASE WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
+                       attempts = attempts + $2, next_attempt_at = $3, lease_expires_at = NULL, \
+                       last_error_class = $4, last_status_code = $5, updated_at = $6, finished_at = $7 \
+                     WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9)",
+                )
+                .bind(status.as_str())
+                .bind(used)
+                .bind(next_at)
+                .bind(a.error_class.map(|c| c.as_str()))
+                .bind(a.response_status)
+                .bind(now)
+                .bind(finished_at)
+                .bind(a.delivery_id.to_string())
+                .bind(f.only_if_lease_expired_before)
+                .execute(&mut **tx)
+                .await?;
+                if done.rows_affected() == 0 {
+                    // No longer ours (recovered by another worker): nothing was changed.
+                    return Ok(FinishEffects::default());
+                }
+                sqlx::query(
+                    "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
+                     request_url, request_headers, request_body, response_status, response_headers, response_body, \
+                     error_class, error_message) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                )
+                .bind(a.id.to_string())
+                .bind(a.delivery_id.to_string())
+                .bind(a.space_id.to_string())
+                .bind(a.attempt_number)
+                .bind(a.started_at)
+                .bind(a.duration_ms)
+                .bind(&a.request_url)
+                .bind(a.request_headers.to_string())
+                .bind(&a.request_body)
+                .bind(a.response_status)
+                .bind(a.response_headers.as_ref().map(|h| h.to_string()))
+                .bind(&a.response_body)
+                .bind(a.error_class.map(|c| c.as_str()))
+                .bind(&a.error_message)
+                .execute(&mut **tx)
+                .await?;
+
+                let mut effects = FinishEffects { applied: true, ..Default::default() };
+                let dst = f.destination_id.to_string();
+                match f.next {
+                    NextStep::Succeeded => {
+                        sqlx::query(
+                            "UPDATE destinations SET consecutive_dead_letters = 0 \
+                             WHERE id = $1 AND consecutive_dead_letters <> 0",
+                        )
+                        .bind(&dst)
+                        .execute(&mut **tx)
+                        .await?;
+                    }
+                    NextStep::DeadLetter => {
+                        let (streak, url, status): (i64, String, String) = sqlx::query_as(
+                            "UPDATE destinations SET consecutive_dead_letters = consecutive_dead_letters + 1 \
+                             WHERE id = $1 RETURNING consecutive_dead_letters, url, status",
+                        )
+                        .bind(&dst)
+                        .fetch_one(&mut **tx)
+                        .await?;
+                        effects.dead_letter_streak = Some(streak);
+                        let active = status == DestinationStatus::Active.as_str();
+                        let step = if active { rule.step(streak) } else { StreakStep::Nothing };
+                        let message = match step {
+                            StreakStep::Nothing => None,
+                            StreakStep::Warn => {
+                                effects.warned = true;
+                                Some(("destination.failing", format!(
+                                    "Destination {url} has dead-lettered {streak} deliveries in a row; \
+                                     it will be disabled at {}.", rule.after
+                                )))
+                            }
+                            StreakStep::Disable => {
+                                effects.destination_disabled = true;
+                                let reason = format!("{streak} dead-lettered deliveries in a row");
+                                sqlx::query(
+                                    "UPDATE destinations SET status = 'inactive', disabled_reason = $1, updated_at = $2 \
+                                     WHERE id = $3",
+                                )
+                                .bind(&reason)
+                                .bind(now)
+                                .bind(&dst)
+                                .execute(&mut **tx)
+                                .await?;
+                                sqlx::query(
+                                    "UPDATE deliveries SET paused = TRUE, updated_at = $1 \
+                                     WHERE destination_id = $2 AND status IN ('pending', 'retrying')",
+                                )
+                                .bind(now)
+                                .bind(&dst)
+                                .execute(&mut **tx)
+                                .await?;
+                                Some(("destination.disabled", format!(
+                                    "Destination {url} was disabled after {reason}. New events are not \
+                                     delivered to it; waiting deliveries are paused until an admin re-enables it."
+                                )))
+                            }
+                        };
+                        if let Some((kind, message)) = message {
+                            sqlx::query(
+                                "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
+                                 VALUES ($1, $2, $3, 'destination', $4, $5, $6)",
+                            )
+                            .bind(NotificationId::new().to_string())
+                            .bind(a.space_id.to_string())
+                            .bind(kind)
+                            .bind(&dst)
+                            .bind(message)
+                            .bind(now)
+                            .execute(&mut **tx)
+                            .await?;
+                        }
+                    }
+                    NextStep::Retry { .. } | NextStep::Lost { .. } => {}
+                }
+                Ok(effects)
+            }
+
             async fn first_answer(&self, space_id: SpaceId, key: &str) -> Result<Published> {
                 let first = sqlx::query_as::<_, rows::IdempotencyRow>(
                     "SELECT request_hash, event_id, deliveries FROM idempotency_keys WHERE space_id = $1 AND key = $2",
@@ -538,7 +676,7 @@ macro_rules! impl_storage {
                     "SELECT MIN(next_attempt_at) FROM deliveries \
                      WHERE status IN ('pending', 'retrying') AND paused = FALSE",
                 )
-                .fetch_one(&self.pool)
+                .fetch_one(&self.engine_pool)
                 .await?;
                 Ok(at)
             }
@@ -552,140 +690,23 @@ macro_rules! impl_storage {
                 let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.engine_pool)
                     .await?;
                 rows::convert_all(rows)
             }
 
             async fn finish_attempt(&self, f: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects> {
-                let a = &f.attempt;
-                let mut tx = self.pool.begin().await?;
-                // The delivery first: it is the guard (still ours?) and, on SQLite, takes the write lock.
-                let (status, used, next_at, finished_at) = match f.next {
-                    NextStep::Succeeded => (DeliveryStatus::Succeeded, 1_i64, None, Some(now)),
-                    NextStep::Retry { at } => (DeliveryStatus::Retrying, 1, Some(at), None),
-                    NextStep::DeadLetter => (DeliveryStatus::Failed, 1, None, Some(now)),
-                    NextStep::Lost { retry_at } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
-                };
-                let done = sqlx::query(
-                    "UPDATE deliveries SET \
-                       status = CASE WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
-                       attempts = attempts + $2, next_attempt_at = $3, lease_expires_at = NULL, \
-                       last_error_class = $4, last_status_code = $5, updated_at = $6, finished_at = $7 \
-                     WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9)",
-                )
-                .bind(status.as_str())
-                .bind(used)
-                .bind(next_at)
-                .bind(a.error_class.map(|c| c.as_str()))
-                .bind(a.response_status)
-                .bind(now)
-                .bind(finished_at)
-                .bind(a.delivery_id.to_string())
-                .bind(f.only_if_lease_expired_before)
-                .execute(&mut *tx)
-                .await?;
-                if done.rows_affected() == 0 {
-                    tx.rollback().await?;
-                    return Ok(FinishEffects::default());
-                }
-                sqlx::query(
-                    "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
-                     request_url, request_headers, request_body, response_status, response_headers, response_body, \
-                     error_class, error_message) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-                )
-                .bind(a.id.to_string())
-                .bind(a.delivery_id.to_string())
-                .bind(a.space_id.to_string())
-                .bind(a.attempt_number)
-                .bind(a.started_at)
-                .bind(a.duration_ms)
-                .bind(&a.request_url)
-                .bind(a.request_headers.to_string())
-                .bind(&a.request_body)
-                .bind(a.response_status)
-                .bind(a.response_headers.as_ref().map(|h| h.to_string()))
-                .bind(&a.response_body)
-                .bind(a.error_class.map(|c| c.as_str()))
-                .bind(&a.error_message)
-                .execute(&mut *tx)
-                .await?;
+                let mut tx = self.engine_pool.begin().await?;
+                let effects = Self::finish_in(&mut tx, f, rule, now).await?;
+                tx.commit().await?;
+                Ok(effects)
+            }
 
-                let mut effects = FinishEffects { applied: true, ..Default::default() };
-                let dst = f.destination_id.to_string();
-                match f.next {
-                    NextStep::Succeeded => {
-                        sqlx::query(
-                            "UPDATE destinations SET consecutive_dead_letters = 0 \
-                             WHERE id = $1 AND consecutive_dead_letters <> 0",
-                        )
-                        .bind(&dst)
-                        .execute(&mut *tx)
-                        .await?;
-                    }
-                    NextStep::DeadLetter => {
-                        let (streak, url, status): (i64, String, String) = sqlx::query_as(
-                            "UPDATE destinations SET consecutive_dead_letters = consecutive_dead_letters + 1 \
-                             WHERE id = $1 RETURNING consecutive_dead_letters, url, status",
-                        )
-                        .bind(&dst)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                        effects.dead_letter_streak = Some(streak);
-                        let active = status == DestinationStatus::Active.as_str();
-                        let step = if active { rule.step(streak) } else { StreakStep::Nothing };
-                        let message = match step {
-                            StreakStep::Nothing => None,
-                            StreakStep::Warn => {
-                                effects.warned = true;
-                                Some(("destination.failing", format!(
-                                    "Destination {url} has dead-lettered {streak} deliveries in a row; \
-                                     it will be disabled at {}.", rule.after
-                                )))
-                            }
-                            StreakStep::Disable => {
-                                effects.destination_disabled = true;
-                                let reason = format!("{streak} dead-lettered deliveries in a row");
-                                sqlx::query(
-                                    "UPDATE destinations SET status = 'inactive', disabled_reason = $1, updated_at = $2 \
-                                     WHERE id = $3",
-                                )
-                                .bind(&reason)
-                                .bind(now)
-                                .bind(&dst)
-                                .execute(&mut *tx)
-                                .await?;
-                                sqlx::query(
-                                    "UPDATE deliveries SET paused = TRUE, updated_at = $1 \
-                                     WHERE destination_id = $2 AND status IN ('pending', 'retrying')",
-                                )
-                                .bind(now)
-                                .bind(&dst)
-                                .execute(&mut *tx)
-                                .await?;
-                                Some(("destination.disabled", format!(
-                                    "Destination {url} was disabled after {reason}. New events are not \
-                                     delivered to it; waiting deliveries are paused until an admin re-enables it."
-                                )))
-                            }
-                        };
-                        if let Some((kind, message)) = message {
-                            sqlx::query(
-                                "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
-                                 VALUES ($1, $2, $3, 'destination', $4, $5, $6)",
-                            )
-                            .bind(NotificationId::new().to_string())
-                            .bind(a.space_id.to_string())
-                            .bind(kind)
-                            .bind(&dst)
-                            .bind(message)
-                            .bind(now)
-                            .execute(&mut *tx)
-                            .await?;
-                        }
-                    }
-                    NextStep::Retry { .. } | NextStep::Lost { .. } => {}
+            async fn finish_attempts(&self, batch: &[FinishedAttempt], rule: &AutoDisable, now: UnixMs) -> Result<Vec<FinishEffects>> {
+                let mut tx = self.engine_pool.begin().await?;
+                let mut effects = Vec::with_capacity(batch.len());
+                for f in batch {
+                    effects.push(Self::finish_in(&mut tx, f, rule, now).await?);
                 }
                 tx.commit().await?;
                 Ok(effects)
@@ -700,7 +721,7 @@ macro_rules! impl_storage {
                 .bind(pause)
                 .bind(now)
                 .bind(id.to_string())
-                .execute(&self.pool)
+                .execute(&self.engine_pool)
                 .await?;
                 Ok(())
             }
@@ -845,7 +866,7 @@ macro_rules! impl_storage {
             }
 
             async fn take_rate_slot(&self, key: &str, limit: i64, window_ms: i64, now: UnixMs) -> Result<Slot> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.engine_pool.begin().await?;
                 // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
                 // concurrent callers on every instance count one after another.
                 sqlx::query(
@@ -877,7 +898,7 @@ macro_rules! impl_storage {
                         .await?;
                     Slot::Granted
                 } else {
-                    Slot::Wait((oldest.unwrap_or(now) + window_ms - now).max(1))
+                    Slot::Wait((oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms))
                 };
                 tx.commit().await?;
                 Ok(slot)
@@ -1013,7 +1034,7 @@ macro_rules! impl_storage {
             }
 
             async fn defer_rate_limited(&self, id: DeliveryId, scope: RateScope, until: UnixMs, now: UnixMs) -> Result<()> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.engine_pool.begin().await?;
                 sqlx::query(
                     "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
                      lease_expires_at = NULL, next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \

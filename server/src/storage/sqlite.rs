@@ -19,6 +19,11 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite"
 #[derive(Debug, Clone)]
 pub struct SqliteStorage {
     pub(crate) pool: SqlitePool,
+    /// The engine's own bookkeeping (claims, attempts, rate slots) commits with
+    /// `synchronous = NORMAL`: a power cut may lose the last attempts' records, which
+    /// then come back as lost claims and are sent again; it never loses an accepted
+    /// event or delivery, whose commits go through `pool` with `synchronous = FULL`.
+    pub(crate) engine_pool: SqlitePool,
 }
 
 impl SqliteStorage {
@@ -37,9 +42,13 @@ impl SqliteStorage {
         }
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
-        Ok(Self { pool })
+        let engine_pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.synchronous(SqliteSynchronous::Normal))
+            .await?;
+        Ok(Self { pool, engine_pool })
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -64,7 +73,7 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
             .bind(lease_margin_ms)
             .bind(limits.per_destination)
             .bind(limits.retries)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.engine_pool)
             .await?;
         rows::convert_all(rows)
     }
