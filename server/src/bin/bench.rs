@@ -443,8 +443,8 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
     let any = bench.storage.as_any();
     let sql = "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
                next_attempt_at, last_error_class, last_status_code, created_at, updated_at) ";
-    for chunk_start in (0..n).step_by(5000) {
-        let rows = (chunk_start..(chunk_start + 5000).min(n)).map(|_| server::domain::DeliveryId::new().to_string());
+    for chunk_start in (0..n).step_by(2000) {
+        let rows = (chunk_start..(chunk_start + 2000).min(n)).map(|_| server::domain::DeliveryId::new().to_string());
         if let Some(s) = any.downcast_ref::<server::storage::sqlite::SqliteStorage>() {
             let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql);
             q.push_values(rows, |mut b, id| {
