@@ -329,3 +329,28 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn a_transformation_reshapes_the_body_and_a_failing_one_dead_letters_as_transformation(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let rx = Receiver::start().await;
+        app.destination(json!({"url": rx.url("/ok"), "eventTypes": ["ok"], "transformation": "{text: .message.text, n: (.items | length)}"})).await;
+        app.destination(json!({"url": rx.url("/bad"), "eventTypes": ["bad"], "transformation": "error(\"no thanks\")"})).await;
+        let (status, refused) = app.post("/destinations", json!({"url": rx.url("/x"), "transformation": "{{{"})).await;
+        assert_eq!(status, 422);
+        assert_eq!(refused["code"], "invalid_transformation");
+
+        let ok = app.publish("ok", json!({"message": {"text": "hi"}, "items": [1, 2, 3]})).await;
+        let got = rx.wait_for(1).await;
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&got[0].body).unwrap(), json!({"text": "hi", "n": 3}));
+        app.wait_for_delivery(&ok, "succeeded").await;
+
+        let bad = app.publish("bad", json!({})).await;
+        let d = app.wait_for_delivery(&bad, "failed").await;
+        assert_eq!(d["lastErrorClass"], "transformation");
+        assert_eq!(d["attemptCount"], 1, "not retried");
+        assert!(d["attempts"][0]["errorMessage"].as_str().unwrap().contains("no thanks"), "{d}");
+        assert_eq!(rx.received().len(), 1, "the failing one was never sent");
+        app.stop().await;
+    }
+}
