@@ -75,6 +75,8 @@ pub struct Engine {
     plans: Mutex<HashMap<SpaceId, (Plan, UnixMs)>>,
     /// Retries in flight in this process.
     retries_in_flight: Arc<std::sync::atomic::AtomicI64>,
+    /// Signalled whenever an attempt ends, so a claim blocked by in-flight caps retries then.
+    slot_freed: Notify,
     /// Finished attempts on their way to the database, committed in groups.
     finisher: tokio::sync::mpsc::Sender<FinishRequest>,
     finish_queue: Mutex<Option<tokio::sync::mpsc::Receiver<FinishRequest>>>,
@@ -111,6 +113,7 @@ impl Engine {
             transforms: Mutex::new(HashMap::new()),
             plans: Mutex::new(HashMap::new()),
             retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
+            slot_freed: Notify::new(),
             finisher,
             finish_queue: Mutex::new(Some(finish_queue)),
         })
@@ -158,6 +161,7 @@ impl Engine {
             };
             match self.storage.claim(now, free.min(256) as i64, margin, &limits).await {
                 Ok(batch) if !batch.is_empty() => {
+                    let batch = self.within_plan_limits(batch).await;
                     for delivery in batch {
                         let Ok(permit) = permits.clone().acquire_owned().await else { break };
                         let retry = RetryGuard::new(delivery.attempts > 0, &self.retries_in_flight);
@@ -233,20 +237,25 @@ impl Engine {
         }
     }
 
-    /// Sleeps until the next delivery is due, a wake-up, or shutdown.
+    /// Sleeps until the next delivery is due, a wake-up, or shutdown. When deliveries are
+    /// due but none could be claimed (their destinations are at their in-flight cap), waits
+    /// for an attempt to end instead of asking the database again at once.
     async fn idle(&self, shutdown: &CancellationToken) {
         let poll = self.settings.idle_poll;
-        let sleep = match self.storage.next_due_at().await {
-            Ok(Some(at)) => Duration::from_millis((at - now_ms()).clamp(0, poll.as_millis() as i64) as u64),
-            Ok(None) => poll,
+        let now = now_ms();
+        let (sleep, blocked) = match self.storage.next_due_at().await {
+            Ok(Some(at)) if at <= now => (poll.min(Duration::from_millis(100)), true),
+            Ok(Some(at)) => (Duration::from_millis((at - now).clamp(0, poll.as_millis() as i64) as u64), false),
+            Ok(None) => (poll, false),
             Err(e) => {
                 tracing::error!(error = %e, "reading the next due time failed");
-                poll
+                (poll, false)
             }
         };
         tokio::select! {
             _ = shutdown.cancelled() => {}
             _ = self.wake.notified() => {}
+            _ = self.slot_freed.notified(), if blocked => {}
             _ = tokio::time::sleep(sleep) => {}
         }
     }
@@ -280,6 +289,7 @@ impl Engine {
         if let Err(e) = self.try_deliver(&d, &cut_short).await {
             tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
         }
+        self.slot_freed.notify_one();
     }
 
     async fn try_deliver(&self, d: &Delivery, cut_short: &CancellationToken) -> Result<(), StorageError> {
@@ -308,12 +318,6 @@ impl Engine {
                 let now = now_ms();
                 return self.storage.defer_rate_limited(d.id, RateScope::Destination(destination.id), now + ms, now).await;
             }
-        }
-        let plan_limit = self.settings.plan_per_second.for_plan(self.plan(d.space_id).await?);
-        let key = format!("plan:{}", d.space_id);
-        if let Slot::Wait(ms) = self.storage.take_rate_slot(&key, plan_limit, 1_000 + RATE_MARGIN_MS, now_ms()).await? {
-            let now = now_ms();
-            return self.storage.defer_rate_limited(d.id, RateScope::Space(d.space_id), now + ms, now).await;
         }
 
         let started = now_ms();
@@ -372,6 +376,44 @@ impl Engine {
             tracing::warn!(destination.id = %d.destination_id, "destination auto-disabled after a dead-letter streak");
         }
         Ok(())
+    }
+
+    /// The space's plan limit, for a whole claimed batch at once (one transaction per
+    /// space): what fits goes on, the rest is given back as `rate_limited`.
+    async fn within_plan_limits(&self, batch: Vec<Delivery>) -> Vec<Delivery> {
+        let mut by_space: HashMap<SpaceId, Vec<Delivery>> = HashMap::new();
+        for d in batch {
+            by_space.entry(d.space_id).or_default().push(d);
+        }
+        let mut go = Vec::new();
+        for (space_id, mut deliveries) in by_space {
+            let limit = match self.plan(space_id).await {
+                Ok(plan) => self.settings.plan_per_second.for_plan(plan),
+                Err(e) => {
+                    tracing::error!(space.id = %space_id, error = %e, "reading the plan failed; the leases will bring these back");
+                    continue;
+                }
+            };
+            let key = format!("plan:{space_id}");
+            let wanted = deliveries.len() as i64;
+            let (granted, wait) =
+                match self.storage.take_rate_slots(&key, wanted, limit, 1_000 + RATE_MARGIN_MS, now_ms()).await {
+                    Ok(g) => g,
+                    Err(e) => {
+                        tracing::error!(space.id = %space_id, error = %e, "taking plan slots failed");
+                        (0, 1_000)
+                    }
+                };
+            let held = deliveries.split_off(granted as usize);
+            go.extend(deliveries);
+            for d in held {
+                let now = now_ms();
+                if let Err(e) = self.storage.defer_rate_limited(d.id, RateScope::Space(space_id), now + wait, now).await {
+                    tracing::error!(delivery.id = %d.id, error = %e, "giving back a rate-limited claim failed");
+                }
+            }
+        }
+        go
     }
 
     async fn plan(&self, space_id: SpaceId) -> Result<Plan, StorageError> {

@@ -303,6 +303,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     // Rate limits shared by every instance.
     /// Takes a slot of at most `limit` per `window_ms` for `key`, or says when one frees.
     async fn take_rate_slot(&self, key: &str, limit: i64, window_ms: i64, now: UnixMs) -> Result<Slot>;
+    /// Takes up to `wanted` slots at once; returns how many were granted and, when fewer,
+    /// the milliseconds until the next one frees.
+    async fn take_rate_slots(&self, key: &str, wanted: i64, limit: i64, window_ms: i64, now: UnixMs) -> Result<(i64, i64)>;
 
     // Messages, incoming webhooks and bots (SPEC §3, §4).
     /// Stores a message and its `message.created` event with the event's fan-out, in one transaction.

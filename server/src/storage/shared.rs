@@ -866,6 +866,13 @@ macro_rules! impl_storage {
             }
 
             async fn take_rate_slot(&self, key: &str, limit: i64, window_ms: i64, now: UnixMs) -> Result<Slot> {
+                match self.take_rate_slots(key, 1, limit, window_ms, now).await? {
+                    (1, _) => Ok(Slot::Granted),
+                    (_, wait) => Ok(Slot::Wait(wait)),
+                }
+            }
+
+            async fn take_rate_slots(&self, key: &str, wanted: i64, limit: i64, window_ms: i64, now: UnixMs) -> Result<(i64, i64)> {
                 let mut tx = self.engine_pool.begin().await?;
                 // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
                 // concurrent callers on every instance count one after another.
@@ -890,18 +897,21 @@ macro_rules! impl_storage {
                         .bind(key)
                         .fetch_one(&mut *tx)
                         .await?;
-                let slot = if count < limit {
+                let granted = wanted.min(limit - count).max(0);
+                for _ in 0..granted {
                     sqlx::query("INSERT INTO rate_events (key, at) VALUES ($1, $2)")
                         .bind(key)
                         .bind(now)
                         .execute(&mut *tx)
                         .await?;
-                    Slot::Granted
-                } else {
-                    Slot::Wait((oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms))
-                };
+                }
                 tx.commit().await?;
-                Ok(slot)
+                let wait = if granted < wanted {
+                    (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
+                } else {
+                    0
+                };
+                Ok((granted, wait))
             }
 
             async fn record_incoming_result(&self, id: IncomingWebhookId, success: bool, disable_after: i64, now: UnixMs) -> Result<IncomingEffects> {
