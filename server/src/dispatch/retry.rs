@@ -783,3 +783,88 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// Any policy the API accepts: built through [`RetryPolicy::parse`] from
+    /// fields within its bounds, with every other field left to the preset.
+    fn api_policy() -> impl Strategy<Value = RetryPolicy> {
+        (
+            prop_oneof![Just("partyflow"), Just("standard")],
+            1..=MAX_DELAY_MS,
+            0.0..=1.0f64,
+            prop_oneof![Just("replace"), Just("extend")],
+            MIN_ATTEMPTS..=MAX_ATTEMPTS,
+            any::<u64>(),
+        )
+            .prop_map(|(preset, initial_ms, jitter, mode, attempts, spread)| {
+                let max_ms = initial_ms + spread % (MAX_DELAY_MS - initial_ms + 1);
+                let fields = json!({
+                    "preset": preset,
+                    "initialMs": initial_ms,
+                    "maxMs": max_ms,
+                    "jitter": jitter,
+                    "retryAfter": mode,
+                });
+                RetryPolicy::parse(Some(&fields), Some(attempts))
+                    .expect("the strategy stays within the API bounds")
+            })
+    }
+
+    fn any_class() -> impl Strategy<Value = ErrorClass> {
+        proptest::sample::select(ErrorClass::ALL.to_vec())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn the_base_delay_never_shrinks_as_failures_grow_and_never_passes_the_maximum(p in api_policy()) {
+            let mut previous = 0;
+            for n in 1..=64 {
+                let base = p.base_delay_ms(n);
+                prop_assert!(base >= previous, "n={n}: {base} < {previous}");
+                prop_assert!(base <= p.max_ms, "n={n}: {base} > {}", p.max_ms);
+                prop_assert!(base >= p.initial_ms.min(p.max_ms));
+                previous = base;
+            }
+            prop_assert_eq!(p.base_delay_ms(1), p.initial_ms);
+        }
+
+        #[test]
+        fn the_jittered_delay_stays_within_the_jitter_of_the_base(
+            p in api_policy(),
+            n in 1u32..=64,
+            rand01 in 0.0..1.0f64,
+        ) {
+            let base = p.base_delay_ms(n) as f64;
+            let delay = p.jittered_delay_ms(n, rand01) as f64;
+            let (lo, hi) = ((base * (1.0 - p.jitter)).floor(), (base * (1.0 + p.jitter)).ceil());
+            prop_assert!(lo <= delay && delay <= hi, "{delay} outside [{lo}, {hi}] (base {base}, jitter {})", p.jitter);
+        }
+
+        #[test]
+        fn decide_never_panics_and_never_retries_past_max_attempts(
+            p in api_policy(),
+            attempts_made in prop_oneof![1u32..=25, any::<u32>()],
+            class in any_class(),
+            status in proptest::option::of(any::<u16>()),
+            retry_after_ms in proptest::option::of(prop_oneof![0u64..=10_000_000, any::<u64>()]),
+            rand01 in prop_oneof![0.0..1.0f64, any::<f64>()],
+        ) {
+            let decision = p.decide(attempts_made, class, status, retry_after_ms, rand01);
+            if attempts_made >= p.max_attempts || !p.is_retryable(class, status) {
+                prop_assert_eq!(decision, Decision::DeadLetter);
+            }
+            if let Decision::Retry { delay_ms } = decision {
+                // Never longer than the longest backoff or an hour of Retry-After.
+                let longest_backoff = (p.max_ms as f64 * (1.0 + p.jitter)).ceil() as u64;
+                prop_assert!(delay_ms <= longest_backoff.max(HOUR_MS), "{delay_ms} ms");
+            }
+        }
+    }
+}

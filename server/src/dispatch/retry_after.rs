@@ -262,3 +262,78 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Header values that look like what receivers send, and some that do not.
+    fn header() -> impl Strategy<Value = Option<String>> {
+        proptest::option::of(prop_oneof![
+            any::<String>(),
+            "[0-9]{0,25}",
+            "[ \t]*-?[0-9]{1,12}(\\.[0-9]{0,4})?[ \t]*",
+            "(Mon|Tue|Wed|Thu|Fri|Sat|Sun|Xyz), [0-9]{1,2} (Jan|Feb|Apr|Dec|Foo) [0-9]{1,5} [0-9]{2}:[0-9]{2}:[0-9]{2} GMT",
+            (0u64..=253_402_300_799).prop_map(|s| httpdate::fmt_http_date(
+                SystemTime::UNIX_EPOCH + Duration::from_secs(s)
+            )),
+        ])
+    }
+
+    /// Bodies: arbitrary bytes, bare numbers, and `{"retry_after": …}` with any JSON number.
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..64),
+            "[ \n]*[0-9.eE+-]{0,30}[ \n]*".prop_map(String::into_bytes),
+            any::<f64>().prop_map(|f| format!(r#"{{"retry_after": {f}}}"#).into_bytes()),
+            any::<u64>().prop_map(|n| format!(r#"{{"retry_after": {n}}}"#).into_bytes()),
+            any::<i64>().prop_map(|n| format!(r#"{{"retry_after": {n}}}"#).into_bytes()),
+            "\\{\"retry_after\": .{0,20}\\}".prop_map(String::into_bytes),
+        ]
+    }
+
+    fn now() -> impl Strategy<Value = SystemTime> {
+        (0u64..=253_402_300_799).prop_map(|s| SystemTime::UNIX_EPOCH + Duration::from_secs(s))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn parsing_never_panics_and_never_gives_more_than_ten_years(
+            status in prop_oneof![Just(429u16), Just(503u16), any::<u16>()],
+            header in header(),
+            body in body(),
+            now in now(),
+        ) {
+            if let Some(wait) = parse_retry_after(status, header.as_deref(), &body, now) {
+                prop_assert!(wait <= ABSURD, "{wait:?}");
+            }
+        }
+
+        #[test]
+        fn only_429_and_503_answers_give_a_value(
+            status in any::<u16>().prop_filter("not 429/503", |s| *s != 429 && *s != 503),
+            header in header(),
+            body in body(),
+            now in now(),
+        ) {
+            prop_assert_eq!(parse_retry_after(status, header.as_deref(), &body, now), None);
+        }
+
+        #[test]
+        fn a_delta_seconds_header_is_taken_whatever_the_body(
+            status in prop_oneof![Just(429u16), Just(503u16)],
+            secs in 0u64..=ABSURD.as_secs(),
+            body in body(),
+            now in now(),
+        ) {
+            let header = secs.to_string();
+            prop_assert_eq!(
+                parse_retry_after(status, Some(&header), &body, now),
+                Some(Duration::from_secs(secs))
+            );
+        }
+    }
+}
