@@ -18,7 +18,7 @@ on_both_backends! {
             (send("/events", "text/plain", b"{}".to_vec()).await.unwrap(), 415, "unsupported_media_type"),
             (send("/events", "application/json", br#"{"type":"a","payload":{},"extra":1}"#.to_vec()).await.unwrap(), 422, "invalid_body"),
             (send("/events", "application/json", br#"{"type":"bad type!","payload":{}}"#.to_vec()).await.unwrap(), 422, "invalid_event_type"),
-            (send("/events", "application/json", vec![b' '; 2 * 1024 * 1024]).await.unwrap(), 413, "body_too_large"),
+            (send("/events", "application/json", vec![b' '; 1024 * 1024 + 4096]).await.unwrap(), 413, "body_too_large"),
             (send("/destinations", "application/json", br#"{"url":"ftp://x"}"#.to_vec()).await.unwrap(), 422, "invalid_url"),
             (send("/destinations", "application/json", br#"{"url":"https://x.example","maxAttempts":21}"#.to_vec()).await.unwrap(), 422, "invalid_retry_policy"),
             (send("/destinations", "application/json", br#"{"url":"https://x.example","timeoutSeconds":0}"#.to_vec()).await.unwrap(), 422, "invalid_timeout"),
