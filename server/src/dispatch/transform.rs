@@ -69,11 +69,10 @@ pub const MAX_OUTPUT_DEPTH: usize = 512;
 const THREAD_STACK_BYTES: usize = 256 << 20;
 
 /// How much of [`THREAD_STACK_BYTES`] the interpreter may use before a checkpoint
-/// stops it. The rest is headroom for work between checkpoints, which recurses
-/// without checks: parsing and compiling nested syntax, and comparing, printing
-/// or dropping deeply nested values (a value can gain at most one level per
-/// checkpoint, so the deepest value a program can build is bounded by how many
-/// checkpoints fit in its time).
+/// stops it (some 7 000 levels of jq recursion in a debug build, 15 000 in
+/// release). The rest is headroom for code that recurses between checkpoints:
+/// jaq's parser and compiler (bounded by [`MAX_PROGRAM_NESTING`]) and its native
+/// operations on nested values (see the module docs for their limit).
 const INTERPRETER_STACK_BYTES: usize = 64 << 20;
 
 /// How often (in checkpoints) a checkpoint looks at the clock.
@@ -242,11 +241,19 @@ fn compile_here(program: &str) -> Result<Compiled, TransformError> {
         .chain(jaq_json::defs());
     let arena = Arena::default();
     let modules = Loader::new(defs)
-        .load(&arena, File { code: program, path: () })
+        .load(
+            &arena,
+            File {
+                code: program,
+                path: (),
+            },
+        )
         .map_err(|errors| compile_error(program, load_messages(program, errors)))?;
     // `import "x" as $x;` binds a variable to a data file; there are none.
-    load::import(&modules, |_| Err("transformations cannot import data".into()))
-        .map_err(|errors| compile_error(program, load_messages(program, errors)))?;
+    load::import(&modules, |_| {
+        Err("transformations cannot import data".into())
+    })
+    .map_err(|errors| compile_error(program, load_messages(program, errors)))?;
     let filter = Compiler::default()
         .with_funs(funs())
         .compile(modules)
@@ -293,7 +300,9 @@ fn syntax_nesting(program: &str) -> usize {
             match c {
                 '"' => in_string = false,
                 '\\' => {
-                    if chars.next() == Some('(') {
+                    // An escape; `\(` opens an interpolation.
+                    let escaped = chars.next();
+                    if escaped == Some('(') {
                         open.push(Open::Interpolation);
                         in_string = false;
                     }
@@ -329,11 +338,9 @@ fn load_messages(program: &str, errors: load::Errors<&str, ()>) -> Vec<String> {
     let mut messages = Vec::new();
     for (_file, error) in errors {
         match error {
-            load::Error::Io(errors) => {
-                messages.extend(errors.into_iter().map(|(path, why)| {
-                    located(program, format!("cannot import \"{path}\": {why}"), path)
-                }))
-            }
+            load::Error::Io(errors) => messages.extend(errors.into_iter().map(|(path, why)| {
+                located(program, format!("cannot import \"{path}\": {why}"), path)
+            })),
             load::Error::Lex(errors) => {
                 messages.extend(errors.into_iter().map(|(expected, found)| {
                     // The lexer reports the rest of the program; its first
@@ -487,8 +494,11 @@ impl Guard {
         }
         let steps = self.steps.get().wrapping_add(1);
         self.steps.set(steps);
-        if steps % CLOCK_EVERY == 0 {
-            let cancelled = self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
+        if steps.is_multiple_of(CLOCK_EVERY) {
+            let cancelled = self
+                .cancel
+                .as_ref()
+                .is_some_and(|c| c.load(Ordering::Relaxed));
             if cancelled || self.deadline.is_some_and(|d| Instant::now() >= d) {
                 panic::resume_unwind(Box::new(Stop::OutOfTime));
             }
@@ -517,7 +527,9 @@ fn evaluate(
             lut: &filter.lut,
             guard: &guard,
         };
-        let mut outputs = filter.id.run((Ctx::<Kind>::new(data, Vars::new([])), to_val(input)));
+        let mut outputs = filter
+            .id
+            .run((Ctx::<Kind>::new(data, Vars::new([])), to_val(input)));
         let first = outputs.next();
         drop(outputs);
         match first {
@@ -581,7 +593,9 @@ fn funs() -> impl Iterator<Item = Fun<Kind>> {
     const REPLACED: [Native; 5] = [
         ("range", 3, guarded_range),
         ("fromjson", 0, guarded_fromjson),
-        ("env", 0, |_| box_once(Ok(Val::obj(jaq_json::Map::default())))),
+        ("env", 0, |_| {
+            box_once(Ok(Val::obj(jaq_json::Map::default())))
+        }),
         ("debug_empty", 0, |_| Box::new(std::iter::empty())),
         ("stderr_empty", 0, |_| Box::new(std::iter::empty())),
     ];
@@ -836,7 +850,10 @@ mod tests {
         let payload = json!({"items": [{"price": 2}, {"price": 3}, {"price": 5}]});
         assert_eq!(run(".items | map(.price) | add", payload), Ok(json!(10)));
         assert_eq!(
-            run("[.items[].price | tostring] | join(\",\")", json!({"items": [{"price": 1}, {"price": 2}]})),
+            run(
+                "[.items[].price | tostring] | join(\",\")",
+                json!({"items": [{"price": 1}, {"price": 2}]})
+            ),
             Ok(json!("1,2"))
         );
     }
@@ -865,7 +882,10 @@ mod tests {
     #[test]
     fn only_the_first_output_is_used() {
         assert_eq!(run("1, 2", json!(null)), Ok(json!(1)));
-        assert_eq!(run("1, error(\"never evaluated\")", json!(null)), Ok(json!(1)));
+        assert_eq!(
+            run("1, error(\"never evaluated\")", json!(null)),
+            Ok(json!(1))
+        );
     }
 
     #[test]
@@ -898,11 +918,19 @@ mod tests {
             message,
             "undefined filter `frobnicate/0` at line 1, column 10"
         );
-        assert!(matches!(compile("$nope"), Err(TransformError::Compile(m)) if m.contains("undefined variable")));
+        assert!(
+            matches!(compile("$nope"), Err(TransformError::Compile(m)) if m.contains("undefined variable"))
+        );
         assert!(matches!(compile("input"), Err(TransformError::Compile(_))));
         assert!(matches!(compile("$ENV"), Err(TransformError::Compile(_))));
-        assert!(matches!(compile(r#"include "x"; ."#), Err(TransformError::Compile(_))));
-        assert!(matches!(compile(r#"import "x" as $x; ."#), Err(TransformError::Compile(_))));
+        assert!(matches!(
+            compile(r#"include "x"; ."#),
+            Err(TransformError::Compile(_))
+        ));
+        assert!(matches!(
+            compile(r#"import "x" as $x; ."#),
+            Err(TransformError::Compile(_))
+        ));
     }
 
     #[test]
@@ -916,17 +944,27 @@ mod tests {
             format!("{}1", "(".repeat(60_000)),
             format!("\"{}\"", r#"\(""#.repeat(15_000)),
         ] {
-            assert!(matches!(compile(&nested), Err(TransformError::Compile(m)) if m.contains("nests")));
+            assert!(
+                matches!(compile(&nested), Err(TransformError::Compile(m)) if m.contains("nests"))
+            );
         }
         // Brackets in strings and comments do not count.
         let program = format!("\"{}\" # {}\n| length", "[".repeat(1000), "(".repeat(1000));
         assert_eq!(run(&program, json!(null)), Ok(json!(1000)));
-        assert_eq!(run(r#""a\(1 + (2))b" | [.]"#, json!(null)), Ok(json!(["a3b"])));
+        assert_eq!(
+            run(r#""a\(1 + (2))b" | [.]"#, json!(null)),
+            Ok(json!(["a3b"]))
+        );
     }
 
     #[tokio::test]
     async fn a_program_that_never_ends_times_out_quickly() {
-        for program in ["last(range(infinite))", "until(false; .)", "def f: f; f", "[range(1e15)]"] {
+        for program in [
+            "last(range(infinite))",
+            "until(false; .)",
+            "def f: f; f",
+            "[range(1e15)]",
+        ] {
             let transform = compile(program).unwrap();
             let started = Instant::now();
             let result = transform
@@ -948,11 +986,19 @@ mod tests {
 
     #[test]
     fn deep_recursion_is_an_error_not_a_crash() {
-        for program in ["def f: 1 + f; f", "def f: [f]; f", "def f: f | f; f", "def f: {a: f}; f"] {
+        for program in [
+            "def f: 1 + f; f",
+            "def f: [f]; f",
+            "def f: f | f; f",
+            "def f: {a: f}; f",
+        ] {
             let Err(TransformError::Runtime(message)) = run(program, json!(null)) else {
                 panic!("{program} should fail");
             };
-            assert!(message.contains("recursion too deep"), "{program}: {message}");
+            assert!(
+                message.contains("recursion too deep"),
+                "{program}: {message}"
+            );
         }
         // Deep but finite recursion completes.
         let program = "def f: if . < 2000 then (. + 1 | f) + 0 else . end; f";
@@ -971,11 +1017,20 @@ mod tests {
             "nested": [[{"a": null}]],
         });
         assert_eq!(run(".", payload.clone()), Ok(payload.clone()));
-        assert_eq!(run("{max, min, big}", payload), Ok(json!({
-            "max": u64::MAX, "min": i64::MIN, "big": 9_007_199_254_740_993_u64
-        })));
-        assert_eq!(run("18446744073709551615", json!(null)), Ok(json!(u64::MAX)));
-        assert_eq!(run(".x + 1", json!({"x": i64::MAX})), Ok(json!(9_223_372_036_854_775_808_u64)));
+        assert_eq!(
+            run("{max, min, big}", payload),
+            Ok(json!({
+                "max": u64::MAX, "min": i64::MIN, "big": 9_007_199_254_740_993_u64
+            }))
+        );
+        assert_eq!(
+            run("18446744073709551615", json!(null)),
+            Ok(json!(u64::MAX))
+        );
+        assert_eq!(
+            run(".x + 1", json!({"x": i64::MAX})),
+            Ok(json!(9_223_372_036_854_775_808_u64))
+        );
         assert_eq!(run("\"é\" | length", json!(null)), Ok(json!(1)));
     }
 
@@ -988,7 +1043,9 @@ mod tests {
             );
         }
         let deep = "reduce range(1000) as $i (null; [.])";
-        assert!(matches!(run(deep, json!(null)), Err(TransformError::Output(m)) if m.contains("levels deep")));
+        assert!(
+            matches!(run(deep, json!(null)), Err(TransformError::Output(m)) if m.contains("levels deep"))
+        );
         assert!(run("{(1): 2}", json!(null)).is_err());
     }
 
@@ -997,19 +1054,33 @@ mod tests {
         assert_eq!(run("env", json!(null)), Ok(json!({})));
         assert_eq!(run("debug | stderr | .a", json!({"a": 1})), Ok(json!(1)));
         // `halt` would otherwise exit the server.
-        assert!(matches!(run("halt", json!(null)), Err(TransformError::Runtime(m)) if m.contains("halt")));
-        assert!(matches!(run(r#""bye" | halt_error(1)"#, json!(null)), Err(TransformError::Runtime(_))));
+        assert!(
+            matches!(run("halt", json!(null)), Err(TransformError::Runtime(m)) if m.contains("halt"))
+        );
+        assert!(matches!(
+            run(r#""bye" | halt_error(1)"#, json!(null)),
+            Err(TransformError::Runtime(_))
+        ));
     }
 
     #[test]
     fn fromjson_refuses_very_deep_text() {
         assert_eq!(run(r#""[[1]]" | fromjson"#, json!(null)), Ok(json!([[1]])));
         let deep = r#""[" * 1000000 | fromjson"#;
-        assert!(matches!(run(deep, json!(null)), Err(TransformError::Runtime(m)) if m.contains("nested")));
-        assert!(matches!(run(r#""{" | fromjson"#, json!(null)), Err(TransformError::Runtime(_))));
+        assert!(
+            matches!(run(deep, json!(null)), Err(TransformError::Runtime(m)) if m.contains("nested"))
+        );
+        assert!(matches!(
+            run(r#""{" | fromjson"#, json!(null)),
+            Err(TransformError::Runtime(_))
+        ));
         // Invalid text yields one error, not an endless stream of them.
-        assert!(matches!(run(r#""x" | tonumber"#, json!(null)), Err(TransformError::Runtime(m)) if m.contains("JSON")));
-        assert_eq!(run(r#"["1 [2]" | fromjson]"#, json!(null)), Ok(json!([1, [2]])));
+        assert!(
+            matches!(run(r#""x" | tonumber"#, json!(null)), Err(TransformError::Runtime(m)) if m.contains("JSON"))
+        );
+        assert_eq!(
+            run(r#"["1 [2]" | fromjson]"#, json!(null)),
+            Ok(json!([1, [2]]))
+        );
     }
 }
-
