@@ -11,6 +11,11 @@ use crate::types::SessionUser;
 pub async fn login(email: String, password: String, next: Option<String>) -> Result<(), ConsoleError> {
     use crate::port::{backend, SESSION_USER_KEY};
 
+    let headers = leptos_axum::extract::<axum::http::HeaderMap>()
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    // No signing in to someone else's account from another site (login CSRF).
+    crate::guard::check_same_origin(&headers)?;
     let session = leptos_axum::extract::<tower_sessions::Session>()
         .await
         .map_err(|_| ConsoleError::Internal)?;
@@ -63,6 +68,36 @@ pub async fn current_user() -> Result<SessionUser, ConsoleError> {
         return Err(ConsoleError::SignedOut);
     };
     backend()?.user(&id).await?.ok_or(ConsoleError::SignedOut)
+}
+
+/// True while no console user exists: the sign-in page then links to `/setup`.
+#[server(endpoint = "needs_setup")]
+pub async fn needs_setup() -> Result<bool, ConsoleError> {
+    crate::port::backend()?.needs_setup().await
+}
+
+/// First run: creates the first admin and signs them in. Refused (on the server)
+/// once any user exists.
+#[server(endpoint = "setup")]
+pub async fn setup(email: String, password: String) -> Result<(), ConsoleError> {
+    use crate::port::{backend, SESSION_USER_KEY};
+
+    let headers = leptos_axum::extract::<axum::http::HeaderMap>()
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    crate::guard::check_same_origin(&headers)?;
+    let session = leptos_axum::extract::<tower_sessions::Session>()
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    let user = backend()?.create_first_admin(email.trim(), &password).await?;
+    session.cycle_id().await.map_err(|_| ConsoleError::Internal)?;
+    session
+        .insert(SESSION_USER_KEY, &user.id)
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    tracing::info!(user.id = %user.id, "first admin created in the console");
+    leptos_axum::redirect("/");
+    Ok(())
 }
 
 /// Only local paths are followed after sign-in, never another site.

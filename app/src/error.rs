@@ -11,11 +11,16 @@ pub enum ConsoleError {
     SignedOut,
     #[error("Wrong email or password.")]
     BadCredentials,
-    #[error("Too many attempts; wait a minute and try again.")]
+    #[error("Too many attempts; wait a few minutes and try again.")]
     Throttled,
     /// Signed in, but the role does not allow this.
     #[error("Your role does not allow this.")]
     Forbidden,
+    /// A change posted from another site (or with a foreign Origin/Referer).
+    #[error("This request did not come from the console; reload the page and try again.")]
+    CrossSite,
+    #[error("Not found: {0}")]
+    NotFound(String),
     #[error("{0}")]
     Invalid(String),
     /// Details are in the server log, never shown here.

@@ -2,20 +2,29 @@
 //! and the types shared by the browser and the server.
 //!
 //! - [`types`]: what crosses the wire between console and server.
-//! - [`auth`]: signing in and out, and who is signed in.
+//! - [`auth`]: signing in and out, who is signed in, first-run setup.
+//! - [`api`]: the other server functions, one per thing the console reads or does.
 //! - [`port`] (server only): what the console needs from the server, as a trait
 //!   the server implements; server functions reach it through Leptos context.
+//! - [`guard`] (server only): sessions, the CSRF check, answers to plain form posts.
+//! - [`components`]: the layout and the pieces pages share.
 //! - [`pages`]: one module per page.
+
+#![recursion_limit = "512"]
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
 use leptos_router::{
-    components::{Route, Router, Routes},
-    path,
+    components::{ParentRoute, Route, Router, Routes},
+    path, SsrMode,
 };
 
+pub mod api;
 pub mod auth;
+pub mod components;
 pub mod error;
+#[cfg(feature = "ssr")]
+pub mod guard;
 pub mod pages;
 #[cfg(feature = "ssr")]
 pub mod port;
@@ -54,8 +63,23 @@ pub fn App() -> impl IntoView {
         <Title text="PartyFlow Hooks"/>
         <Router>
             <Routes fallback=pages::NotFound>
-                <Route path=path!("/login") view=pages::login::LoginPage/>
-                <Route path=path!("/") view=pages::home::HomePage/>
+                // Async: pages are rendered whole on the server, data included, so they
+                // read and work without JavaScript (out-of-order streaming needs it).
+                <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
+                <Route path=path!("/setup") view=pages::setup::SetupPage ssr=SsrMode::Async/>
+                <ParentRoute path=path!("") view=components::Layout ssr=SsrMode::Async>
+                    <Route path=path!("") view=pages::overview::OverviewPage/>
+                    <Route path=path!("deliveries") view=pages::deliveries::DeliveriesPage/>
+                    <Route path=path!("deliveries/bulk") view=pages::bulk::BulkPage/>
+                    <Route path=path!("deliveries/:id") view=pages::delivery::DeliveryPage/>
+                    <Route path=path!("destinations") view=pages::destinations::DestinationsPage/>
+                    <Route path=path!("destinations/:id") view=pages::destination::DestinationPage/>
+                    <Route path=path!("incoming-webhooks") view=pages::incoming::IncomingPage/>
+                    <Route path=path!("notifications") view=pages::notifications::NotificationsPage/>
+                    <Route path=path!("spaces") view=pages::spaces::SpacesPage/>
+                    <Route path=path!("spaces/:id") view=pages::spaces::SpacePage/>
+                    <Route path=path!("users") view=pages::users::UsersPage/>
+                </ParentRoute>
             </Routes>
         </Router>
     }

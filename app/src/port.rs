@@ -1,22 +1,85 @@
 //! What the console needs from the server (server side only). The server
 //! implements [`ConsoleBackend`] over its storage and provides it as
 //! `Arc<dyn ConsoleBackend>` in the Leptos context of every request.
+//!
+//! Every method that acts for someone takes the signed-in user (`actor`, read from
+//! the session by the server function) and checks the role itself: the server
+//! refuses what a role may not do, whatever the page shows.
 
 use std::sync::Arc;
 
 use crate::error::ConsoleError;
-use crate::types::SessionUser;
+use crate::types::*;
 
 /// The session key under which the signed-in user's ID is kept.
 pub const SESSION_USER_KEY: &str = "user_id";
 
+type R<T> = Result<T, ConsoleError>;
+
 #[async_trait::async_trait]
 pub trait ConsoleBackend: Send + Sync + 'static {
-    /// Checks an email and password; `BadCredentials` when they don't match a live user.
-    async fn authenticate(&self, email: &str, password: &str) -> Result<SessionUser, ConsoleError>;
+    /// Checks an email and password; `BadCredentials` when they don't match a live user,
+    /// `Throttled` after too many failures for this email.
+    async fn authenticate(&self, email: &str, password: &str) -> R<SessionUser>;
 
     /// The live user with this ID, if any.
-    async fn user(&self, id: &str) -> Result<Option<SessionUser>, ConsoleError>;
+    async fn user(&self, id: &str) -> R<Option<SessionUser>>;
+
+    // First run.
+    /// True while no console user exists.
+    async fn needs_setup(&self) -> R<bool>;
+    /// Creates the first admin; refused once any user exists.
+    async fn create_first_admin(&self, email: &str, password: &str) -> R<SessionUser>;
+
+    // Reading (every role).
+    async fn unread_count(&self, actor: &SessionUser) -> R<i64>;
+    async fn spaces(&self, actor: &SessionUser) -> R<Vec<SpaceView>>;
+    /// Per space and overall; `window` is `hour` (per-minute bars) or `day` (per-hour bars).
+    async fn overview(&self, actor: &SessionUser, window: &str) -> R<Overview>;
+    async fn deliveries(&self, actor: &SessionUser, query: &DeliveryQuery) -> R<DeliveryPage>;
+    async fn delivery(&self, actor: &SessionUser, id: &str) -> R<DeliveryDetail>;
+    async fn destinations(&self, actor: &SessionUser, space: &str) -> R<Vec<DestinationView>>;
+    async fn destination(&self, actor: &SessionUser, id: &str) -> R<DestinationDetail>;
+    async fn incoming_webhooks(&self, actor: &SessionUser, space: &str) -> R<IncomingPage>;
+    async fn notifications(&self, actor: &SessionUser, unread_only: bool, before: &str) -> R<NotificationPage>;
+
+    // Send again and cancel (admin and support).
+    async fn bulk_preview(&self, actor: &SessionUser, selection: &BulkSelection) -> R<BulkPreview>;
+    /// Works through the selection in chunks for about a second; call again with the
+    /// answer's cursor and totals until the cursor is `None`.
+    async fn bulk_run(
+        &self,
+        actor: &SessionUser,
+        selection: &BulkSelection,
+        cursor: Option<String>,
+        totals: BulkTotals,
+        expected: i64,
+    ) -> R<BulkProgress>;
+    async fn resend_failed(&self, actor: &SessionUser, destination: &str) -> R<Notice>;
+    async fn mark_read(&self, actor: &SessionUser, id: Option<&str>) -> R<Notice>;
+
+    // Changes (admin only).
+    async fn set_destination_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
+    async fn create_destination(&self, actor: &SessionUser, form: &NewDestination) -> R<Notice>;
+    async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> R<Notice>;
+    async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
+    /// `origin` is how the browser reached us (`http://host:port`), for the webhook's URL.
+    async fn create_incoming_webhook(
+        &self,
+        actor: &SessionUser,
+        channel: &str,
+        name: &str,
+        origin: &str,
+    ) -> R<Notice>;
+    async fn space(&self, actor: &SessionUser, id: &str) -> R<SpaceDetail>;
+    async fn create_space(&self, actor: &SessionUser, name: &str, plan: &str) -> R<Notice>;
+    async fn create_channel(&self, actor: &SessionUser, space: &str, name: &str) -> R<Notice>;
+    async fn create_bot(&self, actor: &SessionUser, space: &str, name: &str) -> R<Notice>;
+    async fn revoke_bot(&self, actor: &SessionUser, space: &str, id: &str) -> R<Notice>;
+    async fn create_api_key(&self, actor: &SessionUser, space: &str, name: &str) -> R<Notice>;
+    async fn revoke_api_key(&self, actor: &SessionUser, space: &str, id: &str) -> R<Notice>;
+    async fn users(&self, actor: &SessionUser) -> R<Vec<UserView>>;
+    async fn create_user(&self, actor: &SessionUser, email: &str, password: &str, role: &str) -> R<Notice>;
 }
 
 pub type SharedBackend = Arc<dyn ConsoleBackend>;

@@ -1,4 +1,6 @@
-//! Types shared by the console in the browser and the server.
+//! Types shared by the console in the browser and the server: what server
+//! functions take and answer. Values the server owns (IDs, statuses, error
+//! classes) travel as the strings the REST API uses.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +14,476 @@ pub struct SessionUser {
 }
 
 impl SessionUser {
+    /// Admins may do everything; support staff read, send again and cancel.
     pub fn is_admin(&self) -> bool {
         self.role == "admin"
     }
+}
+
+/// What a console action did, shown to the person who asked for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Notice {
+    pub message: String,
+    /// Values shown once (a new token, key or secret): label and value.
+    #[serde(default)]
+    pub secrets: Vec<(String, String)>,
+    /// Somewhere to go next: label and local path.
+    #[serde(default)]
+    pub link: Option<(String, String)>,
+    /// The state of a bulk action, when this notice reports one.
+    #[serde(default)]
+    pub bulk: Option<BulkProgress>,
+}
+
+impl Notice {
+    pub fn new(message: impl Into<String>) -> Self {
+        Notice { message: message.into(), ..Default::default() }
+    }
+
+    pub fn with_secret(mut self, label: impl Into<String>, value: impl Into<String>) -> Self {
+        self.secrets.push((label.into(), value.into()));
+        self
+    }
+
+    pub fn with_link(mut self, label: impl Into<String>, href: impl Into<String>) -> Self {
+        self.link = Some((label.into(), href.into()));
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceView {
+    pub id: String,
+    pub name: String,
+    pub plan: String,
+    pub created_at: i64,
+}
+
+/// The filters of the deliveries table, as they appear in its URL (`?status=failed&…`).
+/// Empty strings mean "any".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryQuery {
+    #[serde(default)]
+    pub space: String,
+    #[serde(default)]
+    pub destination: String,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub error_class: String,
+    #[serde(default)]
+    pub event_type: String,
+    /// A quick range: `15m`, `1h`, `24h`, `7d`, or empty.
+    #[serde(default)]
+    pub last: String,
+    /// `YYYY-MM-DDTHH:MM` in UTC (what `<input type=datetime-local>` sends).
+    #[serde(default)]
+    pub since: String,
+    #[serde(default)]
+    pub until: String,
+    /// Keyset cursor: only deliveries older than this ID.
+    #[serde(default)]
+    pub before: String,
+}
+
+impl DeliveryQuery {
+    /// The filter fields (not the cursor) as `(name, value)` pairs, skipping empty ones.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        [
+            ("space", &self.space),
+            ("destination", &self.destination),
+            ("status", &self.status),
+            ("error_class", &self.error_class),
+            ("event_type", &self.event_type),
+            ("last", &self.last),
+            ("since", &self.since),
+            ("until", &self.until),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.trim().is_empty())
+        .map(|(k, v)| (k, v.trim().to_owned()))
+        .collect()
+    }
+
+    /// The filter as a URL query string (without `?`).
+    pub fn to_query_string(&self) -> String {
+        let mut s = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in self.pairs() {
+            s.append_pair(k, &v);
+        }
+        s.finish()
+    }
+
+    /// Whether any filter is set.
+    pub fn is_filtered(&self) -> bool {
+        !self.pairs().is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryRow {
+    pub id: String,
+    pub space_id: String,
+    pub space_name: String,
+    pub destination_id: String,
+    pub destination_url: String,
+    pub event_type: String,
+    pub status: String,
+    pub paused: bool,
+    pub attempts: i64,
+    pub last_error_class: Option<String>,
+    pub last_status_code: Option<i64>,
+    pub next_attempt_at: Option<i64>,
+    pub created_at: i64,
+    pub resent_from: Option<String>,
+    pub resent_as: Option<String>,
+}
+
+/// A choice in a filter's drop-down.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    pub value: String,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryPage {
+    pub rows: Vec<DeliveryRow>,
+    /// Pass as `before` for the next (older) page.
+    pub next_cursor: Option<String>,
+    pub spaces: Vec<Choice>,
+    pub destinations: Vec<Choice>,
+    /// A refused filter value, said in words (the table is then empty).
+    pub filter_error: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptView {
+    pub number: i64,
+    pub started_at: i64,
+    pub duration_ms: i64,
+    pub request_url: String,
+    pub request_headers: Vec<(String, String)>,
+    pub request_body: String,
+    pub response_status: Option<i64>,
+    pub response_headers: Vec<(String, String)>,
+    pub response_body: Option<String>,
+    pub error_class: Option<String>,
+    pub error_message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryDetail {
+    pub row: DeliveryRow,
+    /// The Standard Webhooks `webhook-id` (stable across retries and resends).
+    pub webhook_id: String,
+    pub event_id: String,
+    /// The event's payload, pretty-printed JSON (attacker-controlled: shown as text only).
+    pub payload: String,
+    pub destination_status: String,
+    pub attempts: Vec<AttemptView>,
+    pub finished_at: Option<i64>,
+}
+
+/// Which deliveries a bulk action is about: chosen ones, or every one matching a filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkSelection {
+    /// `resend` or `cancel`.
+    pub op: String,
+    /// Chosen delivery IDs (ignored when `all`).
+    pub ids: Vec<String>,
+    pub all: bool,
+    pub filter: DeliveryQuery,
+}
+
+/// What a bulk action found, before it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkPreview {
+    pub count: i64,
+    /// More match than were counted (`count` is the cap).
+    pub capped: bool,
+    /// The walk over "all matching" starts below this ID, so what arrives later is left alone.
+    pub start: String,
+    /// The filter in words, e.g. "status failed, error class timeout".
+    pub described: String,
+}
+
+/// Running totals of a bulk action; every outcome of `BulkOutcome` has a field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkTotals {
+    #[serde(default)]
+    pub resent: i64,
+    #[serde(default)]
+    pub cancelled: i64,
+    /// Resend: still waiting or sending (only finished deliveries are sent again).
+    #[serde(default)]
+    pub unfinished: i64,
+    /// Cancel: already sending (an attempt is in flight).
+    #[serde(default)]
+    pub sending: i64,
+    /// Cancel: already finished.
+    #[serde(default)]
+    pub finished: i64,
+    /// Resend: the destination is inactive.
+    #[serde(default)]
+    pub inactive: i64,
+    #[serde(default)]
+    pub not_found: i64,
+}
+
+impl BulkTotals {
+    pub fn done(&self) -> i64 {
+        self.resent + self.cancelled + self.skipped()
+    }
+
+    pub fn skipped(&self) -> i64 {
+        self.unfinished + self.sending + self.finished + self.inactive + self.not_found
+    }
+
+    /// E.g. "Sent again 3. Skipped 1: 1 whose destination is inactive (re-enable it first)."
+    pub fn summary(&self, op: &str) -> String {
+        let mut s = if op == "cancel" {
+            format!("Cancelled {}.", self.cancelled)
+        } else {
+            format!("Sent again {}.", self.resent)
+        };
+        let mut why = Vec::new();
+        if self.unfinished > 0 {
+            why.push(format!(
+                "{} still waiting or sending (only finished deliveries are sent again)",
+                self.unfinished
+            ));
+        }
+        if self.sending > 0 {
+            why.push(format!("{} already sending (an attempt is in flight)", self.sending));
+        }
+        if self.finished > 0 {
+            why.push(format!("{} already finished", self.finished));
+        }
+        if self.inactive > 0 {
+            why.push(format!("{} whose destination is inactive (re-enable it first)", self.inactive));
+        }
+        if self.not_found > 0 {
+            why.push(format!("{} not found", self.not_found));
+        }
+        if !why.is_empty() {
+            s.push_str(&format!(" Skipped {}: {}.", self.skipped(), why.join("; ")));
+        }
+        s
+    }
+}
+
+/// Where a bulk action stands: totals so far and, when not finished, where to go on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkProgress {
+    pub selection: BulkSelection,
+    pub totals: BulkTotals,
+    /// `None` when finished; otherwise pass it back to continue.
+    pub cursor: Option<String>,
+    /// What the confirmation said would be touched (for a progress bar).
+    pub expected: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationView {
+    pub id: String,
+    pub space_id: String,
+    pub space_name: String,
+    pub url: String,
+    pub description: String,
+    /// `None`: every event type.
+    pub event_types: Option<Vec<String>>,
+    pub status: String,
+    pub disabled_reason: Option<String>,
+    pub consecutive_dead_letters: i64,
+    pub skipped_events: i64,
+    /// E.g. "50 per second"; `None` when only the plan limits it.
+    pub rate_limit: Option<String>,
+    pub max_attempts: i64,
+    pub timeout_seconds: i64,
+    /// E.g. "partyflow: 5 s → 1 h, ±20 %, Retry-After replaces".
+    pub policy: String,
+    /// Waiting deliveries held while inactive; they resume on re-enable.
+    pub paused: i64,
+    /// Failed deliveries not sent again yet.
+    pub failed_unresent: i64,
+    pub has_transformation: bool,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationDetail {
+    pub view: DestinationView,
+    /// The signing secret; only for admins.
+    pub secret: Option<String>,
+    pub previous_secret_expires_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncomingWebhookView {
+    pub id: String,
+    pub space_id: String,
+    pub space_name: String,
+    pub channel_id: String,
+    pub channel_name: String,
+    pub name: String,
+    pub status: String,
+    pub consecutive_failures: i64,
+    /// Messages per second it accepts, from the space's plan.
+    pub rate_per_second: i64,
+    pub signed: bool,
+    pub created_at: i64,
+    pub disabled_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncomingPage {
+    pub hooks: Vec<IncomingWebhookView>,
+    /// Channels a new webhook may write to, labelled "space / #channel".
+    pub channels: Vec<Choice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationView {
+    pub id: String,
+    pub space_name: Option<String>,
+    pub kind: String,
+    pub message: String,
+    pub created_at: i64,
+    pub read: bool,
+    /// Where what it is about lives in the console.
+    pub link: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationPage {
+    pub rows: Vec<NotificationView>,
+    pub next_cursor: Option<String>,
+    pub unread: i64,
+}
+
+/// Deliveries created in one time bucket, by what became of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub start: i64,
+    pub succeeded: i64,
+    pub failed: i64,
+    /// Failed at least once, waiting for the next attempt.
+    pub retrying: i64,
+    /// Pending or sending.
+    pub waiting: i64,
+    pub cancelled: i64,
+}
+
+impl Bucket {
+    pub fn total(&self) -> i64 {
+        self.succeeded + self.failed + self.retrying + self.waiting + self.cancelled
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceStats {
+    /// `None` for all spaces together.
+    pub space_id: Option<String>,
+    pub name: String,
+    pub buckets: Vec<Bucket>,
+    /// Last error class of unsuccessful deliveries in the window, most frequent first.
+    pub error_classes: Vec<(String, i64)>,
+    /// Pending or retrying now (of which `paused` are held by an inactive destination).
+    pub waiting: i64,
+    pub paused: i64,
+    pub sending: i64,
+    pub failing_destinations: i64,
+}
+
+impl SpaceStats {
+    pub fn total(&self) -> Bucket {
+        self.buckets.iter().fold(Bucket::default(), |mut t, b| {
+            t.succeeded += b.succeeded;
+            t.failed += b.failed;
+            t.retrying += b.retrying;
+            t.waiting += b.waiting;
+            t.cancelled += b.cancelled;
+            t
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overview {
+    /// `hour` (per-minute buckets) or `day` (per-hour buckets).
+    pub window: String,
+    pub bucket_ms: i64,
+    pub since: i64,
+    pub overall: SpaceStats,
+    pub spaces: Vec<SpaceStats>,
+    pub failing: Vec<DestinationView>,
+    pub unread: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChannelView {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BotView {
+    pub id: String,
+    pub name: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiKeyView {
+    pub id: String,
+    pub name: String,
+    pub prefix: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// One space with everything managed inside it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceDetail {
+    pub space: SpaceView,
+    pub channels: Vec<ChannelView>,
+    pub bots: Vec<BotView>,
+    pub api_keys: Vec<ApiKeyView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserView {
+    pub id: String,
+    pub email: String,
+    pub role: String,
+    pub created_at: i64,
+    pub disabled: bool,
+}
+
+/// The form of a new destination, as the console posts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewDestination {
+    pub space: String,
+    pub url: String,
+    #[serde(default)]
+    pub description: String,
+    /// Comma- or space-separated; empty for every type.
+    #[serde(default)]
+    pub event_types: String,
+    #[serde(default)]
+    pub max_attempts: String,
+    #[serde(default)]
+    pub timeout_seconds: String,
+    /// `partyflow` or `standard`.
+    #[serde(default)]
+    pub preset: String,
+    /// Empty for none, else a count with `rate_period`.
+    #[serde(default)]
+    pub rate_count: String,
+    #[serde(default)]
+    pub rate_period: String,
 }

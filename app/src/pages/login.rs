@@ -2,9 +2,10 @@
 //! works without JavaScript; once hydrated it signs in without a full reload.
 
 use leptos::prelude::*;
+use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use crate::auth::Login;
+use crate::auth::{needs_setup, Login};
 use crate::error::ConsoleError;
 
 #[component]
@@ -20,14 +21,16 @@ pub fn LoginPage() -> impl IntoView {
         from_url.or_else(|| login.value().get().and_then(|r| r.err()).map(|e| e.to_string()))
     };
     let pending = login.pending();
+    let setup = Resource::new(|| (), |_| needs_setup());
 
     view! {
+        <Title text="Sign in · PartyFlow Hooks"/>
         <main class="centered">
             <section class="card login">
                 <h1>"PartyFlow Hooks"</h1>
                 <p class="muted">"Sign in to the console"</p>
                 <ActionForm action=login>
-                    <input type="hidden" name="next" prop:value=next/>
+                    <input type="hidden" name="next" value=next/>
                     <label>
                         "Email"
                         <input type="email" name="email" autocomplete="username" required autofocus/>
@@ -43,6 +46,16 @@ pub fn LoginPage() -> impl IntoView {
                 <Show when=move || error().is_some()>
                     <p class="error" role="alert">{error}</p>
                 </Show>
+                <Suspense fallback=|| ()>
+                    {move || Suspend::new(async move {
+                        matches!(setup.await, Ok(true)).then(|| view! {
+                            <p class="notice ok" data-testid="setup-link">
+                                "No one can sign in yet. "
+                                <a href="/setup">"Create the first admin"</a>
+                            </p>
+                        })
+                    })}
+                </Suspense>
             </section>
         </main>
     }

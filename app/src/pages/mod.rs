@@ -2,8 +2,18 @@
 
 use leptos::prelude::*;
 
-pub mod home;
+pub mod bulk;
+pub mod deliveries;
+pub mod delivery;
+pub mod destination;
+pub mod destinations;
+pub mod incoming;
 pub mod login;
+pub mod notifications;
+pub mod overview;
+pub mod setup;
+pub mod spaces;
+pub mod users;
 
 #[component]
 pub fn NotFound() -> impl IntoView {
@@ -18,5 +28,24 @@ pub fn NotFound() -> impl IntoView {
             <h1>"Page not found"</h1>
             <p><a href="/">"Back to the overview"</a></p>
         </main>
+    }
+}
+
+/// The space filter at the top of the destinations and incoming webhooks pages: a
+/// plain GET form, so it works without JavaScript.
+#[component]
+pub fn SpaceFilter(action: &'static str, spaces: Vec<crate::types::SpaceView>, current: String) -> impl IntoView {
+    let mut options = vec![(String::new(), "All spaces".to_owned())];
+    options.extend(spaces.into_iter().map(|s| (s.id, s.name)));
+    view! {
+        <leptos_router::components::Form action=action>
+            <div class="filters inline">
+                <label>
+                    "Space"
+                    <select name="space">{crate::components::select_options(options, &current)}</select>
+                </label>
+                <button type="submit" class="secondary">"Show"</button>
+            </div>
+        </leptos_router::components::Form>
     }
 }

@@ -1,37 +1,66 @@
 //! The server side of the Leptos console: the [`app::port::ConsoleBackend`]
 //! implementation over storage, the database-backed session store, and the
 //! guard that keeps every console page behind sign-in.
+//!
+//! - this file: [`Backend`], the role rule ([`require_role`]), sign-in with throttling,
+//!   first-run setup, and the sign-in guard for pages;
+//! - [`views`]: domain records → the console's wire types;
+//! - [`read`]: what every role may read (deliveries, destinations, notifications, …);
+//! - [`overview`]: the charts' numbers;
+//! - [`bulk`]: Send again and Cancel, one or many, in chunks;
+//! - [`manage`]: the admins' changes (destinations, incoming webhooks, spaces, keys, users).
 
 use std::sync::Arc;
 
 use app::error::ConsoleError;
 use app::port::{ConsoleBackend, SESSION_USER_KEY};
-use app::types::SessionUser;
+use app::types::*;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use tower_sessions::Session;
 
 use crate::auth;
-use crate::domain::{User, UserId};
+use crate::clock::now_ms;
+use crate::domain::{Role, User, UserId};
 use crate::startup::AppState;
-use crate::storage::{Storage, StorageError};
+use crate::storage::{Slot, Storage, StorageError};
 
+mod bulk;
+mod manage;
+mod overview;
+mod read;
 pub mod sessions;
+mod views;
+
+/// Failed sign-ins allowed per email within [`LOGIN_WINDOW_MS`].
+pub const LOGIN_FAILURES_ALLOWED: i64 = 10;
+pub const LOGIN_WINDOW_MS: i64 = 15 * 60 * 1000;
 
 /// The console's view of the server.
 pub struct Backend {
     storage: Arc<dyn Storage>,
     /// Wakes the dispatch engine after the console writes deliveries (resend, re-enable).
-    #[allow(dead_code)]
     wake: Arc<tokio::sync::Notify>,
-    #[allow(dead_code)]
     config: Arc<crate::config::Config>,
 }
 
 impl Backend {
     pub fn new(storage: Arc<dyn Storage>, wake: Arc<tokio::sync::Notify>, config: Arc<crate::config::Config>) -> Self {
         Self { storage, wake, config }
+    }
+}
+
+/// Whether `actor` may do what needs `need`: admins may do everything, support staff
+/// only what needs [`Role::Support`] (reading, Send again, cancel, marking read).
+pub fn require_role(actor: &SessionUser, need: Role) -> Result<(), ConsoleError> {
+    let role: Role = actor.role.parse().map_err(|_| ConsoleError::Forbidden)?;
+    match (role, need) {
+        (Role::Admin, _) | (Role::Support, Role::Support) => Ok(()),
+        (Role::Support, Role::Admin) => {
+            tracing::warn!(user.id = %actor.id, "refused a console action the role does not allow");
+            Err(ConsoleError::Forbidden)
+        }
     }
 }
 
@@ -44,28 +73,64 @@ fn internal(err: impl std::fmt::Display) -> ConsoleError {
     ConsoleError::Internal
 }
 
+/// A storage error in words people can act on; `what` names the thing looked for.
+fn storage_error(err: StorageError, what: &str) -> ConsoleError {
+    match err {
+        StorageError::NotFound => ConsoleError::NotFound(what.to_owned()),
+        StorageError::Conflict(_) => ConsoleError::Invalid(format!("{what} conflicts with an existing one")),
+        other => internal(other),
+    }
+}
+
+/// Parses an ID from a form or URL; a malformed one is simply not found.
+fn parse_id<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, ConsoleError> {
+    s.trim().parse().map_err(|_| ConsoleError::NotFound(format!("{what} {s:?}")))
+}
+
 #[async_trait::async_trait]
 impl ConsoleBackend for Backend {
     async fn authenticate(&self, email: &str, password: &str) -> Result<SessionUser, ConsoleError> {
         let email = email.to_lowercase();
+        // Failed sign-ins are counted per email in the database, so the limit holds across instances.
+        let key = format!("console-login:{email}");
+        let now = now_ms();
+        let failures = self.storage.count_rate_events(&key, LOGIN_WINDOW_MS, now).await.map_err(internal)?;
+        if failures >= LOGIN_FAILURES_ALLOWED {
+            tracing::warn!("console sign-in throttled");
+            return Err(ConsoleError::Throttled);
+        }
         let user = match self.storage.find_user_by_email(&email).await {
-            Ok(u) => u,
-            Err(StorageError::NotFound) => {
-                let password = password.to_owned();
-                let _ = tokio::task::spawn_blocking(move || auth::verify_password_against_nothing(&password)).await;
-                return Err(ConsoleError::BadCredentials);
-            }
+            Ok(u) => Some(u),
+            Err(StorageError::NotFound) => None,
             Err(e) => return Err(internal(e)),
         };
-        let hash = user.password_hash.clone();
         let password = password.to_owned();
-        let ok = tokio::task::spawn_blocking(move || auth::verify_password(&password, &hash))
-            .await
-            .map_err(internal)?;
-        if !ok || user.disabled_at.is_some() {
-            return Err(ConsoleError::BadCredentials);
+        let ok = match &user {
+            Some(u) => {
+                let hash = u.password_hash.clone();
+                tokio::task::spawn_blocking(move || auth::verify_password(&password, &hash))
+                    .await
+                    .map_err(internal)?
+            }
+            None => {
+                let _ = tokio::task::spawn_blocking(move || auth::verify_password_against_nothing(&password)).await;
+                false
+            }
+        };
+        match user {
+            Some(u) if ok && u.disabled_at.is_none() => Ok(session_user(&u)),
+            _ => {
+                let slot = self
+                    .storage
+                    .take_rate_slot(&key, LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_MS, now)
+                    .await
+                    .map_err(internal)?;
+                Err(match slot {
+                    Slot::Granted => ConsoleError::BadCredentials,
+                    Slot::Wait(_) => ConsoleError::Throttled,
+                })
+            }
         }
-        Ok(session_user(&user))
     }
 
     async fn user(&self, id: &str) -> Result<Option<SessionUser>, ConsoleError> {
@@ -76,12 +141,180 @@ impl ConsoleBackend for Backend {
             Err(e) => Err(internal(e)),
         }
     }
+
+    async fn needs_setup(&self) -> Result<bool, ConsoleError> {
+        Ok(self.storage.count_users().await.map_err(internal)? == 0)
+    }
+
+    async fn create_first_admin(&self, email: &str, password: &str) -> Result<SessionUser, ConsoleError> {
+        if !self.needs_setup().await? {
+            tracing::warn!("refused first-run setup: users exist");
+            return Err(ConsoleError::Invalid("The console is set up already; sign in instead.".into()));
+        }
+        let user = crate::admin::create_user(self.storage.as_ref(), email, password, Role::Admin)
+            .await
+            .map_err(manage::user_error)?;
+        Ok(session_user(&user))
+    }
+
+    async fn unread_count(&self, actor: &SessionUser) -> Result<i64, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.storage.count_unread_notifications().await.map_err(internal)
+    }
+
+    async fn spaces(&self, actor: &SessionUser) -> Result<Vec<SpaceView>, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        Ok(self.storage.list_spaces().await.map_err(internal)?.iter().map(views::space).collect())
+    }
+
+    async fn overview(&self, actor: &SessionUser, window: &str) -> Result<Overview, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.overview_of(window).await
+    }
+
+    async fn deliveries(&self, actor: &SessionUser, query: &DeliveryQuery) -> Result<DeliveryPage, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.delivery_page(query).await
+    }
+
+    async fn delivery(&self, actor: &SessionUser, id: &str) -> Result<DeliveryDetail, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.delivery_detail(id).await
+    }
+
+    async fn destinations(&self, actor: &SessionUser, space: &str) -> Result<Vec<DestinationView>, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.destination_list(space).await
+    }
+
+    async fn destination(&self, actor: &SessionUser, id: &str) -> Result<DestinationDetail, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.destination_detail(id, actor.is_admin()).await
+    }
+
+    async fn incoming_webhooks(&self, actor: &SessionUser, space: &str) -> Result<IncomingPage, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.incoming_list(space).await
+    }
+
+    async fn notifications(&self, actor: &SessionUser, unread_only: bool, before: &str) -> Result<NotificationPage, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.notification_page(unread_only, before).await
+    }
+
+    async fn bulk_preview(&self, actor: &SessionUser, selection: &BulkSelection) -> Result<BulkPreview, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.preview(selection).await
+    }
+
+    async fn bulk_run(
+        &self,
+        actor: &SessionUser,
+        selection: &BulkSelection,
+        cursor: Option<String>,
+        totals: BulkTotals,
+        expected: i64,
+    ) -> Result<BulkProgress, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        tracing::info!(user.id = %actor.id, op = %selection.op, all = selection.all, "console bulk action");
+        self.run_bulk(selection, cursor, totals, expected).await
+    }
+
+    async fn resend_failed(&self, actor: &SessionUser, destination: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.resend_all_failed(destination).await
+    }
+
+    async fn mark_read(&self, actor: &SessionUser, id: Option<&str>) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.mark_notifications_read(id).await
+    }
+
+    async fn set_destination_active(&self, actor: &SessionUser, id: &str, active: bool) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.destination_status(actor, id, active).await
+    }
+
+    async fn create_destination(&self, actor: &SessionUser, form: &NewDestination) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.new_destination(form).await
+    }
+
+    async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.rotate(id).await
+    }
+
+    async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.incoming_status(id, active).await
+    }
+
+    async fn create_incoming_webhook(
+        &self,
+        actor: &SessionUser,
+        channel: &str,
+        name: &str,
+        origin: &str,
+    ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.new_incoming_webhook(channel, name, origin).await
+    }
+
+    async fn space(&self, actor: &SessionUser, id: &str) -> Result<SpaceDetail, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.space_detail(id).await
+    }
+
+    async fn create_space(&self, actor: &SessionUser, name: &str, plan: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.new_space(name, plan).await
+    }
+
+    async fn create_channel(&self, actor: &SessionUser, space: &str, name: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.new_channel(space, name).await
+    }
+
+    async fn create_bot(&self, actor: &SessionUser, space: &str, name: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.new_bot(space, name).await
+    }
+
+    async fn revoke_bot(&self, actor: &SessionUser, space: &str, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.bot_revoke(space, id).await
+    }
+
+    async fn create_api_key(&self, actor: &SessionUser, space: &str, name: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.new_api_key(space, name).await
+    }
+
+    async fn revoke_api_key(&self, actor: &SessionUser, space: &str, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.api_key_revoke(space, id).await
+    }
+
+    async fn users(&self, actor: &SessionUser) -> Result<Vec<UserView>, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        Ok(self.storage.list_users().await.map_err(internal)?.iter().map(views::user).collect())
+    }
+
+    async fn create_user(&self, actor: &SessionUser, email: &str, password: &str, role: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.new_user(email, password, role).await
+    }
 }
 
-/// Paths of the console that anyone may load: the sign-in page, its assets and
-/// the server functions (each of which checks the session itself).
+/// Paths of the console that anyone may load: the sign-in and first-run pages, their
+/// assets and the server functions (each of which checks the session itself).
 fn is_public(path: &str) -> bool {
-    path == "/login" || path.starts_with("/pkg/") || path.starts_with("/api/") || path == "/favicon.ico"
+    path == "/login"
+        || path == "/setup"
+        || path.starts_with("/pkg/")
+        || path.starts_with("/api/")
+        || path == "/favicon.ico"
 }
 
 /// Sends anyone not signed in to `/login?next=…` before a console page renders.
@@ -101,5 +334,23 @@ pub async fn require_login(State(state): State<AppState>, session: Session, req:
         let target = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
         let encoded: String = form_urlencoded::byte_serialize(target.as_bytes()).collect();
         Redirect::to(&format!("/login?next={encoded}")).into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(role: &str) -> SessionUser {
+        SessionUser { id: "usr_x".into(), email: "x@example.com".into(), role: role.into() }
+    }
+
+    #[test]
+    fn support_may_read_and_resend_but_not_change_settings() {
+        assert!(require_role(&user("support"), Role::Support).is_ok());
+        assert_eq!(require_role(&user("support"), Role::Admin), Err(ConsoleError::Forbidden));
+        assert!(require_role(&user("admin"), Role::Admin).is_ok());
+        assert!(require_role(&user("admin"), Role::Support).is_ok());
+        assert_eq!(require_role(&user("root"), Role::Support), Err(ConsoleError::Forbidden));
     }
 }

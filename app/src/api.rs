@@ -1,0 +1,300 @@
+//! The console's server functions: thin doors to the [`crate::port::ConsoleBackend`].
+//!
+//! Each one finds out who is asking (from the session), and each change also checks
+//! that the request came from the console's own pages (CSRF). The role checks live in
+//! the backend, so they hold however the function is called. Changes answer a
+//! [`Notice`]; posted as a plain HTML form (no JavaScript) they redirect back to the
+//! page instead, which then shows the notice ([`crate::guard::answer`]).
+
+// Form fields map one to one onto arguments (so plain HTML forms can post them);
+// the `#[server]` macro copies them into generated functions as well.
+#![allow(clippy::too_many_arguments)]
+
+use leptos::prelude::*;
+
+use crate::error::ConsoleError;
+use crate::types::*;
+
+// ---- Reading -----------------------------------------------------------------------
+
+/// Unread notifications, for the badge in the navigation.
+#[server(endpoint = "unread")]
+pub async fn unread_count() -> Result<i64, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.unread_count(&user).await
+}
+
+/// The result of a plain form post, kept in the session (see [`crate::guard::answer`]).
+#[server(endpoint = "flash")]
+pub async fn flash_notice(id: String) -> Result<Option<Notice>, ConsoleError> {
+    crate::guard::signed_in().await?;
+    crate::guard::flash(&id).await
+}
+
+#[server(endpoint = "spaces")]
+pub async fn list_spaces() -> Result<Vec<SpaceView>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.spaces(&user).await
+}
+
+#[server(endpoint = "overview")]
+pub async fn get_overview(window: String) -> Result<Overview, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.overview(&user, &window).await
+}
+
+#[server(endpoint = "deliveries")]
+pub async fn list_deliveries(query: DeliveryQuery) -> Result<DeliveryPage, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.deliveries(&user, &query).await
+}
+
+#[server(endpoint = "delivery")]
+pub async fn get_delivery(id: String) -> Result<DeliveryDetail, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.delivery(&user, &id).await
+}
+
+/// How many deliveries a bulk action would touch. `selection` is a [`BulkSelection`] as JSON.
+#[server(endpoint = "bulk_preview")]
+pub async fn preview_bulk(selection: String) -> Result<BulkPreview, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    let selection = parse_selection(&selection)?;
+    crate::port::backend()?.bulk_preview(&user, &selection).await
+}
+
+#[server(endpoint = "destinations")]
+pub async fn list_destinations(space: String) -> Result<Vec<DestinationView>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.destinations(&user, &space).await
+}
+
+#[server(endpoint = "destination")]
+pub async fn get_destination(id: String) -> Result<DestinationDetail, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.destination(&user, &id).await
+}
+
+#[server(endpoint = "incoming_webhooks")]
+pub async fn list_incoming_webhooks(space: String) -> Result<IncomingPage, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.incoming_webhooks(&user, &space).await
+}
+
+#[server(endpoint = "notifications")]
+pub async fn list_notifications(unread_only: bool, before: String) -> Result<NotificationPage, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.notifications(&user, unread_only, &before).await
+}
+
+#[server(endpoint = "space")]
+pub async fn get_space(id: String) -> Result<SpaceDetail, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.space(&user, &id).await
+}
+
+#[server(endpoint = "users")]
+pub async fn list_users() -> Result<Vec<UserView>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.users(&user).await
+}
+
+// ---- Send again and cancel (admin and support) ----------------------------------------
+
+/// Runs a bulk Send again or Cancel for about a second. `selection` is a
+/// [`BulkSelection`] as JSON; `state` is the previous answer's [`BulkProgress`] as JSON
+/// (empty at first). The answer's `bulk.cursor` says whether to call again.
+#[server(endpoint = "bulk")]
+pub async fn bulk(selection: String, state: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let selection = parse_selection(&selection)?;
+    let (cursor, totals, expected) = if state.trim().is_empty() {
+        (None, BulkTotals::default(), 0)
+    } else {
+        let p: BulkProgress =
+            serde_json::from_str(&state).map_err(|_| ConsoleError::Invalid("The bulk action's state is unreadable.".into()))?;
+        (p.cursor, p.totals, p.expected)
+    };
+    let progress = crate::port::backend()?.bulk_run(&user, &selection, cursor, totals, expected).await?;
+    let mut message = progress.totals.summary(&selection.op);
+    if progress.cursor.is_some() {
+        message = format!("Working… {message}");
+    }
+    let notice = Notice { message, bulk: Some(progress), ..Default::default() };
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "resend_delivery")]
+pub async fn resend_delivery(id: String) -> Result<Notice, ConsoleError> {
+    one_delivery("resend", id).await
+}
+
+#[server(endpoint = "cancel_delivery")]
+pub async fn cancel_delivery(id: String) -> Result<Notice, ConsoleError> {
+    one_delivery("cancel", id).await
+}
+
+#[cfg(feature = "ssr")]
+async fn one_delivery(op: &str, id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let selection = BulkSelection { op: op.into(), ids: vec![id], all: false, filter: DeliveryQuery::default() };
+    let progress = crate::port::backend()?
+        .bulk_run(&user, &selection, None, BulkTotals::default(), 1)
+        .await?;
+    let t = progress.totals;
+    let notice = match (op, t.resent, t.cancelled) {
+        ("resend", 1, _) => Notice::new("Sent again as a new delivery."),
+        ("cancel", _, 1) => Notice::new("Cancelled; it will not be sent."),
+        ("resend", ..) if t.unfinished > 0 => {
+            return Err(ConsoleError::Invalid("Only a finished delivery can be sent again; this one is still waiting or sending.".into()))
+        }
+        ("resend", ..) if t.inactive > 0 => {
+            return Err(ConsoleError::Invalid("Its destination is inactive; re-enable the destination first.".into()))
+        }
+        ("cancel", ..) if t.sending > 0 => {
+            return Err(ConsoleError::Invalid("An attempt is in flight; it can no longer be cancelled.".into()))
+        }
+        ("cancel", ..) if t.finished > 0 => return Err(ConsoleError::Invalid("It has already finished.".into())),
+        _ => return Err(ConsoleError::NotFound("no such delivery".into())),
+    };
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "resend_failed")]
+pub async fn resend_failed(destination: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.resend_failed(&user, &destination).await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// Marks one notification read, or all of them when `id` is empty.
+#[server(endpoint = "mark_read")]
+pub async fn mark_read(id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let id = id.trim();
+    let notice = crate::port::backend()?.mark_read(&user, (!id.is_empty()).then_some(id)).await?;
+    crate::guard::answer(notice, None).await
+}
+
+// ---- Changes (admin only) ----------------------------------------------------------
+
+/// `status`: `active` (re-enable: paused deliveries resume) or `inactive`.
+#[server(endpoint = "set_destination_status")]
+pub async fn set_destination_status(id: String, status: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .set_destination_active(&user, &id, status == "active")
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "create_destination")]
+pub async fn create_destination(
+    space: String,
+    url: String,
+    description: String,
+    event_types: String,
+    max_attempts: String,
+    timeout_seconds: String,
+    preset: String,
+    rate_count: String,
+    rate_period: String,
+) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let form = NewDestination {
+        space,
+        url,
+        description,
+        event_types,
+        max_attempts,
+        timeout_seconds,
+        preset,
+        rate_count,
+        rate_period,
+    };
+    let notice = crate::port::backend()?.create_destination(&user, &form).await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "rotate_secret")]
+pub async fn rotate_secret(id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.rotate_secret(&user, &id).await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// `status`: `active` (re-enable) or `disabled`.
+#[server(endpoint = "set_incoming_status")]
+pub async fn set_incoming_status(id: String, status: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .set_incoming_active(&user, &id, status == "active")
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "create_incoming_webhook")]
+pub async fn create_incoming_webhook(channel: String, name: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let origin = crate::guard::request_origin().await?;
+    let notice = crate::port::backend()?
+        .create_incoming_webhook(&user, &channel, &name, &origin)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "create_space")]
+pub async fn create_space(name: String, plan: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.create_space(&user, &name, &plan).await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "create_channel")]
+pub async fn create_channel(space: String, name: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.create_channel(&user, &space, &name).await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "create_bot")]
+pub async fn create_bot(space: String, name: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.create_bot(&user, &space, &name).await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "revoke_bot")]
+pub async fn revoke_bot(space: String, id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.revoke_bot(&user, &space, &id).await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "create_api_key")]
+pub async fn create_api_key(space: String, name: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.create_api_key(&user, &space, &name).await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "revoke_api_key")]
+pub async fn revoke_api_key(space: String, id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.revoke_api_key(&user, &space, &id).await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "create_user")]
+pub async fn create_user(email: String, password: String, role: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.create_user(&user, &email, &password, &role).await?;
+    crate::guard::answer(notice, None).await
+}
+
+// ---- Helpers -------------------------------------------------------------------------
+
+#[cfg(feature = "ssr")]
+fn parse_selection(json: &str) -> Result<BulkSelection, ConsoleError> {
+    serde_json::from_str(json).map_err(|_| ConsoleError::Invalid("The selection is unreadable; go back and choose again.".into()))
+}

@@ -1,0 +1,203 @@
+//! (server only) What every console server function does before and after its work:
+//! who is asking ([`signed_in`]); for changes, that the request came from the
+//! console's own pages ([`for_change`], a CSRF check on top of the `SameSite=Strict`
+//! session cookie); and, for plain HTML form posts (no JavaScript), keeping the
+//! result in the session and going back to the page ([`answer`]).
+
+use axum::http::{header, HeaderMap};
+use serde::{Deserialize, Serialize};
+use tower_sessions::Session;
+
+use crate::error::ConsoleError;
+use crate::port::{backend, SESSION_USER_KEY};
+use crate::types::{Notice, SessionUser};
+
+/// The session key of the last result of a plain form post.
+const FLASH_KEY: &str = "flash";
+/// How long a kept result may still be shown.
+const FLASH_TTL_MS: i64 = 10 * 60 * 1000;
+
+async fn session() -> Result<Session, ConsoleError> {
+    leptos_axum::extract::<Session>().await.map_err(|_| ConsoleError::Internal)
+}
+
+async fn headers() -> Result<HeaderMap, ConsoleError> {
+    leptos_axum::extract::<HeaderMap>().await.map_err(|_| ConsoleError::Internal)
+}
+
+/// The signed-in user, fresh from the database (a disabled user is signed out).
+pub async fn signed_in() -> Result<SessionUser, ConsoleError> {
+    let id: Option<String> = session()
+        .await?
+        .get(SESSION_USER_KEY)
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    let Some(id) = id else {
+        return Err(ConsoleError::SignedOut);
+    };
+    backend()?.user(&id).await?.ok_or(ConsoleError::SignedOut)
+}
+
+/// The signed-in user, for a request that changes something: refused when the
+/// browser says it comes from another site.
+pub async fn for_change() -> Result<SessionUser, ConsoleError> {
+    check_same_origin(&headers().await?)?;
+    signed_in().await
+}
+
+/// Refuses a request whose `Origin` (or, without one, `Referer`) names a host other
+/// than the one it was sent to. Requests with neither (non-browser clients) pass:
+/// the session cookie is `SameSite=Strict`, so a browser on another site sends no
+/// session with them anyway.
+pub fn check_same_origin(headers: &HeaderMap) -> Result<(), ConsoleError> {
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let claimed = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .map(|v| v.to_str().unwrap_or("invalid"));
+    match claimed {
+        None => Ok(()),
+        Some(url) if !host.is_empty() && authority(url) == Some(host) => Ok(()),
+        Some(url) => {
+            tracing::warn!(origin = %url, host = %host, "refused a cross-site console request");
+            Err(ConsoleError::CrossSite)
+        }
+    }
+}
+
+/// `host:port` of an absolute http(s) URL.
+fn authority(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    (!authority.is_empty() && !authority.contains('@')).then_some(authority)
+}
+
+/// `http://host` as the browser reached us (for URLs we hand out, like an incoming webhook's).
+pub async fn request_origin() -> Result<String, ConsoleError> {
+    let headers = headers().await?;
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    let https = headers
+        .get("x-forwarded-proto")
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+    Ok(format!("{}://{host}", if https { "https" } else { "http" }))
+}
+
+#[derive(Serialize, Deserialize)]
+struct Flash {
+    id: String,
+    at: i64,
+    notice: Notice,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// Whether the request is a plain HTML form post (the browser runs no JavaScript):
+/// then the answer is a redirect back, not data.
+async fn is_plain_form_post() -> bool {
+    headers().await.ok().is_some_and(|h| {
+        h.get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"))
+    })
+}
+
+/// Finishes a change. With JavaScript the notice is the answer. A plain form post
+/// instead goes back to the page it came from (or `back`), with the notice kept in
+/// the session and named in the URL (`?flash=…`), so the page can show it.
+/// Errors are left to the server function: they come back in the URL (`__err`).
+pub async fn answer(notice: Notice, back: Option<&str>) -> Result<Notice, ConsoleError> {
+    if !is_plain_form_post().await {
+        return Ok(notice);
+    }
+    let at = now_ms();
+    let id = format!("{at:x}");
+    session()
+        .await?
+        .insert(FLASH_KEY, Flash { id: id.clone(), at, notice: notice.clone() })
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    let referer = headers()
+        .await?
+        .get(header::REFERER)
+        .and_then(|v| v.to_str().ok())
+        .map(local_part)
+        .unwrap_or_else(|| "/".to_owned());
+    let target = back.map(str::to_owned).unwrap_or(referer);
+    leptos_axum::redirect(&with_flash(&target, &id));
+    Ok(notice)
+}
+
+/// The path and query of a URL (the part after the authority), or `/`.
+fn local_part(url: &str) -> String {
+    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).unwrap_or(url);
+    match rest.find('/') {
+        Some(i) if url != rest => rest[i..].to_owned(),
+        _ if rest.starts_with('/') => rest.to_owned(),
+        _ => "/".to_owned(),
+    }
+}
+
+/// `target` with `flash=id`, dropping an older flash and any error from a previous post.
+fn with_flash(target: &str, id: &str) -> String {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let path = path.split('#').next().unwrap_or("/");
+    let mut out = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        if !matches!(k.as_ref(), "flash" | "__err" | "__path") {
+            out.append_pair(&k, &v);
+        }
+    }
+    out.append_pair("flash", id);
+    format!("{path}?{}", out.finish())
+}
+
+/// The kept result named `id`, if it is this session's latest and recent.
+pub async fn flash(id: &str) -> Result<Option<Notice>, ConsoleError> {
+    let kept: Option<Flash> = session().await?.get(FLASH_KEY).await.map_err(|_| ConsoleError::Internal)?;
+    Ok(kept.filter(|f| f.id == id && now_ms() - f.at < FLASH_TTL_MS).map(|f| f.notice))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn with(host: &str, name: header::HeaderName, value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+        h.insert(name, HeaderValue::from_str(value).unwrap());
+        h
+    }
+
+    #[test]
+    fn a_change_from_another_site_is_refused() {
+        let ok = with("127.0.0.1:3000", header::ORIGIN, "http://127.0.0.1:3000");
+        assert!(check_same_origin(&ok).is_ok());
+        let evil = with("127.0.0.1:3000", header::ORIGIN, "http://evil.example");
+        assert_eq!(check_same_origin(&evil), Err(ConsoleError::CrossSite));
+        let null = with("127.0.0.1:3000", header::ORIGIN, "null");
+        assert_eq!(check_same_origin(&null), Err(ConsoleError::CrossSite));
+        let referer = with("127.0.0.1:3000", header::REFERER, "http://127.0.0.1:3000/deliveries?x=1");
+        assert!(check_same_origin(&referer).is_ok());
+        let evil_referer = with("127.0.0.1:3000", header::REFERER, "http://127.0.0.1:3000.evil.example/");
+        assert!(check_same_origin(&evil_referer).is_err());
+        let mut none = HeaderMap::new();
+        none.insert(header::HOST, HeaderValue::from_static("127.0.0.1:3000"));
+        assert!(check_same_origin(&none).is_ok());
+    }
+
+    #[test]
+    fn a_plain_form_post_goes_back_with_its_flash_and_without_old_errors() {
+        assert_eq!(local_part("http://h:1/deliveries?a=1"), "/deliveries?a=1");
+        assert_eq!(local_part("http://h:1"), "/");
+        assert_eq!(with_flash("/x?a=1&flash=old&__err=e&__path=p", "n"), "/x?a=1&flash=n");
+        assert_eq!(with_flash("/x#frag", "n"), "/x?flash=n");
+    }
+}

@@ -1,0 +1,177 @@
+//! Outgoing destinations across spaces: status, dead-letter streak, skipped events,
+//! limits and policy; Re-enable (saying how many paused deliveries resume), Send again
+//! all failed, Disable, and a form for a new one. Changes are for admins; support
+//! staff may send failed deliveries again.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use super::SpaceFilter;
+use crate::api::{list_destinations, list_spaces, CreateDestination, ResendFailed, SetDestinationStatus};
+use crate::components::{console, is_admin, load_error, reset_on_success, select_options, use_mutation, StatusBadge};
+use crate::types::{DestinationView, SpaceView};
+
+#[component]
+pub fn DestinationsPage() -> impl IntoView {
+    let ctx = console();
+    let query = use_query_map();
+    let space = Memo::new(move |_| query.read().get("space").unwrap_or_default());
+    let data = Resource::new(move || (space.get(), ctx.refresh.get()), |(s, _)| list_destinations(s));
+    let spaces = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
+    let set_status = use_mutation::<SetDestinationStatus>();
+    let resend_failed = use_mutation::<ResendFailed>();
+    let create = use_mutation::<CreateDestination>();
+
+    view! {
+        <Title text="Destinations · PartyFlow Hooks"/>
+        <div class="page-head"><h1>"Destinations"</h1></div>
+        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let me = ctx.me.await;
+                let admin = is_admin(&Some(me));
+                let spaces = spaces.await.unwrap_or_default();
+                match data.await {
+                    Ok(list) => view! {
+                        <SpaceFilter action="/destinations" spaces=spaces.clone() current=space.get_untracked()/>
+                        <DestinationTable list=list admin=admin set_status=set_status resend_failed=resend_failed/>
+                        {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() create=create/> })}
+                    }.into_any(),
+                    Err(e) => load_error(e),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+pub fn DestinationTable(
+    list: Vec<DestinationView>,
+    admin: bool,
+    set_status: ServerAction<SetDestinationStatus>,
+    resend_failed: ServerAction<ResendFailed>,
+) -> impl IntoView {
+    if list.is_empty() {
+        return view! { <p class="empty">"No destinations yet."</p> }.into_any();
+    }
+    view! {
+        <div class="table-wrap">
+            <table class="grid" data-testid="destinations">
+                <thead>
+                    <tr>
+                        <th scope="col">"URL"</th>
+                        <th scope="col">"Space"</th>
+                        <th scope="col">"Status"</th>
+                        <th scope="col" class="num" title="Dead-lettered deliveries in a row">"Dead-letters"</th>
+                        <th scope="col" class="num" title="Events not delivered while inactive">"Skipped"</th>
+                        <th scope="col" class="num" title="Waiting deliveries held while inactive">"Paused"</th>
+                        <th scope="col">"Rate limit"</th>
+                        <th scope="col">"Policy"</th>
+                        <th scope="col">"Actions"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    {list.into_iter().map(|d| view! { <DestinationRow d=d admin=admin set_status=set_status resend_failed=resend_failed/> }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn DestinationRow(
+    d: DestinationView,
+    admin: bool,
+    set_status: ServerAction<SetDestinationStatus>,
+    resend_failed: ServerAction<ResendFailed>,
+) -> impl IntoView {
+    let inactive = d.status == "inactive";
+    let pending_status = set_status.pending();
+    let pending_resend = resend_failed.pending();
+    let (id1, id2, id3) = (d.id.clone(), d.id.clone(), d.id.clone());
+    let paused = d.paused;
+    let failed_unresent = d.failed_unresent;
+    view! {
+        <tr id=d.id.clone() data-destination=d.id.clone() data-status=d.status.clone()>
+            <td class="url" title=d.url.clone()>
+                <a href=format!("/destinations/{}", d.id)>{d.url.clone()}</a>
+                {(!d.description.is_empty()).then(|| view! { <div class="small muted">{d.description.clone()}</div> })}
+            </td>
+            <td>{d.space_name.clone()}</td>
+            <td>
+                <StatusBadge status=d.status.clone()/>
+                {d.disabled_reason.clone().map(|r| view! { <div class="small muted">{r}</div> })}
+            </td>
+            <td class="num">{d.consecutive_dead_letters}</td>
+            <td class="num">{d.skipped_events}</td>
+            <td class="num" data-testid="paused">{d.paused}</td>
+            <td>{d.rate_limit.clone().unwrap_or_else(|| "plan only".into())}</td>
+            <td class="small">{d.policy.clone()} <br/> {format!("{} attempt{}, {} s timeout", d.max_attempts, if d.max_attempts == 1 { "" } else { "s" }, d.timeout_seconds)}</td>
+            <td class="row-actions">
+                {(admin && inactive).then(move || view! {
+                    <ActionForm action=set_status>
+                        <input type="hidden" name="id" value=id1/>
+                        <input type="hidden" name="status" value="active"/>
+                        <button type="submit" data-testid="reenable" disabled=move || pending_status.get()>
+                            {format!("Re-enable ({paused} paused resume)")}
+                        </button>
+                    </ActionForm>
+                })}
+                {(failed_unresent > 0 && !inactive).then(move || view! {
+                    <ActionForm action=resend_failed>
+                        <input type="hidden" name="destination" value=id2/>
+                        <button type="submit" class="secondary" data-testid="resend-failed" disabled=move || pending_resend.get()>
+                            {format!("Send again all failed ({failed_unresent})")}
+                        </button>
+                    </ActionForm>
+                })}
+                {(admin && !inactive).then(move || view! {
+                    <ActionForm action=set_status>
+                        <input type="hidden" name="id" value=id3/>
+                        <input type="hidden" name="status" value="inactive"/>
+                        <button type="submit" class="link danger-text" disabled=move || pending_status.get()>"Disable"</button>
+                    </ActionForm>
+                })}
+            </td>
+        </tr>
+    }
+}
+
+#[component]
+fn CreateForm(spaces: Vec<SpaceView>, current: String, create: ServerAction<CreateDestination>) -> impl IntoView {
+    let pending = create.pending();
+    let form = NodeRef::new();
+    reset_on_success(create, form);
+    let options: Vec<(String, String)> = spaces.into_iter().map(|s| (s.id, s.name)).collect();
+    let periods = vec![
+        ("second".to_owned(), "per second".to_owned()),
+        ("minute".to_owned(), "per minute".to_owned()),
+        ("hour".to_owned(), "per hour".to_owned()),
+    ];
+    let presets = vec![
+        ("partyflow".to_owned(), "PartyFlow: 5 s → 1 h, ±20 % jitter, 8 attempts".to_owned()),
+        ("standard".to_owned(), "Standard: 30 s → 1 h, no jitter, 6 attempts".to_owned()),
+    ];
+    view! {
+        <details class="card create">
+            <summary>"New destination"</summary>
+            <ActionForm action=create node_ref=form>
+                <div class="form-grid">
+                    <label>"Space" <select name="space" required>{select_options(options, &current)}</select></label>
+                    <label class="wide">"URL" <input type="url" name="url" required placeholder="https://example.com/webhooks"/></label>
+                    <label class="wide">"Description" <input type="text" name="description" maxlength="1000"/></label>
+                    <label class="wide">"Event types (comma-separated; empty for all)" <input type="text" name="event_types" placeholder="message.created, channel.created"/></label>
+                    <label>"Retry policy" <select name="preset">{select_options(presets, "partyflow")}</select></label>
+                    <label>"Max attempts (1–20; empty for the policy's)" <input type="number" name="max_attempts" min="1" max="20"/></label>
+                    <label>"Timeout, seconds (1–60)" <input type="number" name="timeout_seconds" min="1" max="60" value="30"/></label>
+                    <label>"Rate limit (empty for none)" <input type="number" name="rate_count" min="1"/></label>
+                    <label>"Per" <select name="rate_period">{select_options(periods, "second")}</select></label>
+                </div>
+                <button type="submit" disabled=move || pending.get()>
+                    {move || if pending.get() { "Creating…" } else { "Create destination" }}
+                </button>
+            </ActionForm>
+        </details>
+    }
+}

@@ -1,0 +1,214 @@
+//! Spaces (tenants) and what lives in one: channels, bots and API keys. Admins only;
+//! new tokens and keys are shown once.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_params_map;
+
+use crate::api::{get_space, list_spaces, CreateApiKey, CreateBot, CreateChannel, CreateSpace, RevokeApiKey, RevokeBot};
+use crate::components::{console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation};
+use crate::types::SpaceDetail;
+
+#[component]
+pub fn SpacesPage() -> impl IntoView {
+    let ctx = console();
+    let data = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
+    let create = use_mutation::<CreateSpace>();
+    let pending = create.pending();
+    let form = NodeRef::new();
+    reset_on_success(create, form);
+
+    view! {
+        <Title text="Spaces · PartyFlow Hooks"/>
+        <div class="page-head">
+            <h1>"Spaces"</h1>
+            <p class="muted">"Each space (a project in the API) has its channels, bots, API keys and destinations."</p>
+        </div>
+        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                let admin = is_admin(&Some(ctx.me.await));
+                match data.await {
+                    Ok(spaces) => view! {
+                        {if spaces.is_empty() {
+                            view! { <p class="empty">"No spaces yet."</p> }.into_any()
+                        } else {
+                            view! {
+                                <div class="table-wrap"><table class="grid" data-testid="spaces">
+                                    <thead><tr><th scope="col">"Name"</th><th scope="col">"Plan"</th><th scope="col">"ID"</th><th scope="col">"Created (UTC)"</th></tr></thead>
+                                    <tbody>
+                                        {spaces.into_iter().map(|s| view! {
+                                            <tr>
+                                                <td><a href=format!("/spaces/{}", s.id)>{s.name}</a></td>
+                                                <td>{s.plan}</td>
+                                                <td class="mono small">{s.id.clone()}</td>
+                                                <td>{fmt_time(s.created_at)}</td>
+                                            </tr>
+                                        }).collect_view()}
+                                    </tbody>
+                                </table></div>
+                            }.into_any()
+                        }}
+                        {admin.then(|| view! {
+                        <section class="card create">
+                            <h2>"New space"</h2>
+                            <ActionForm action=create node_ref=form>
+                                <div class="form-grid">
+                                    <label class="wide">"Name" <input type="text" name="name" required maxlength="200"/></label>
+                                    <label>"Plan" <select name="plan">{select_options(plans(), "free")}</select></label>
+                                </div>
+                                <button type="submit" disabled=move || pending.get()>"Create space"</button>
+                            </ActionForm>
+                        </section>
+                        })}
+                    }.into_any(),
+                    Err(e) => load_error(e),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+pub fn SpacePage() -> impl IntoView {
+    let ctx = console();
+    let params = use_params_map();
+    let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
+    let data = Resource::new(move || (id.get(), ctx.refresh.get()), |(id, _)| get_space(id));
+    let actions = Actions {
+        channel: use_mutation::<CreateChannel>(),
+        bot: use_mutation::<CreateBot>(),
+        revoke_bot: use_mutation::<RevokeBot>(),
+        key: use_mutation::<CreateApiKey>(),
+        revoke_key: use_mutation::<RevokeApiKey>(),
+        forms: [NodeRef::new(), NodeRef::new(), NodeRef::new()],
+    };
+    reset_on_success(actions.channel, actions.forms[0]);
+    reset_on_success(actions.bot, actions.forms[1]);
+    reset_on_success(actions.key, actions.forms[2]);
+
+    view! {
+        <Title text="Space · PartyFlow Hooks"/>
+        <p class="crumbs"><a href="/spaces">"← Spaces"</a></p>
+        <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(d) => space_view(d, actions).into_any(),
+                    Err(e) => load_error(e),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Actions {
+    channel: ServerAction<CreateChannel>,
+    bot: ServerAction<CreateBot>,
+    revoke_bot: ServerAction<RevokeBot>,
+    key: ServerAction<CreateApiKey>,
+    revoke_key: ServerAction<RevokeApiKey>,
+    forms: [NodeRef<leptos::html::Form>; 3],
+}
+
+fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
+    let space = d.space.id.clone();
+    let s1 = space.clone();
+    let s2 = space.clone();
+    let s3 = space.clone();
+    let s4 = space.clone();
+    let s5 = space.clone();
+    view! {
+        <div class="page-head">
+            <h1>{d.space.name.clone()}</h1>
+            <p class="muted">"Plan " {d.space.plan.clone()} " · " <span class="mono">{space.clone()}</span> " · "
+                <a href=format!("/destinations?space={space}")>"Destinations"</a> " · "
+                <a href=format!("/incoming-webhooks?space={space}")>"Incoming webhooks"</a> " · "
+                <a href=format!("/deliveries?space={space}")>"Deliveries"</a>
+            </p>
+        </div>
+        <div class="columns">
+            <section class="card">
+                <h2>"Channels"</h2>
+                <ul class="plain">
+                    {d.channels.into_iter().map(|c| view! { <li>"#" {c.name} " " <span class="small muted mono">{c.id}</span></li> }).collect_view()}
+                </ul>
+                <ActionForm action=a.channel node_ref=a.forms[0]>
+                    <input type="hidden" name="space" value=s1/>
+                    <label>"New channel" <input type="text" name="name" required maxlength="80"/></label>
+                    <button type="submit" class="secondary">"Add channel"</button>
+                </ActionForm>
+            </section>
+            <section class="card">
+                <h2>"Bots"</h2>
+                <ul class="plain">
+                    {d.bots.into_iter().map(|b| {
+                        let revoked = b.revoked_at.is_some();
+                        let s = s2.clone();
+                        view! {
+                            <li>
+                                {b.name} " " <span class="small muted">{fmt_time(b.created_at)}</span>
+                                {if revoked {
+                                    view! { " " <span class="tag">"revoked"</span> }.into_any()
+                                } else {
+                                    view! {
+                                        <ActionForm action=a.revoke_bot>
+                                            <input type="hidden" name="space" value=s/>
+                                            <input type="hidden" name="id" value=b.id/>
+                                            <button type="submit" class="link danger-text">"Revoke"</button>
+                                        </ActionForm>
+                                    }.into_any()
+                                }}
+                            </li>
+                        }
+                    }).collect_view()}
+                </ul>
+                <ActionForm action=a.bot node_ref=a.forms[1]>
+                    <input type="hidden" name="space" value=s3/>
+                    <label>"New bot" <input type="text" name="name" required maxlength="100"/></label>
+                    <button type="submit" class="secondary">"Create bot"</button>
+                </ActionForm>
+            </section>
+            <section class="card">
+                <h2>"API keys"</h2>
+                <ul class="plain">
+                    {d.api_keys.into_iter().map(|k| {
+                        let revoked = k.revoked_at.is_some();
+                        let s = s4.clone();
+                        view! {
+                            <li>
+                                {k.name} " " <code>{k.prefix} "…"</code> " "
+                                <span class="small muted">
+                                    {k.last_used_at.map(|t| format!("used {}", fmt_time(t))).unwrap_or_else(|| "never used".into())}
+                                </span>
+                                {if revoked {
+                                    view! { " " <span class="tag">"revoked"</span> }.into_any()
+                                } else {
+                                    view! {
+                                        <ActionForm action=a.revoke_key>
+                                            <input type="hidden" name="space" value=s/>
+                                            <input type="hidden" name="id" value=k.id/>
+                                            <button type="submit" class="link danger-text">"Revoke"</button>
+                                        </ActionForm>
+                                    }.into_any()
+                                }}
+                            </li>
+                        }
+                    }).collect_view()}
+                </ul>
+                <ActionForm action=a.key node_ref=a.forms[2]>
+                    <input type="hidden" name="space" value=s5/>
+                    <label>"New API key name" <input type="text" name="name" required maxlength="100"/></label>
+                    <button type="submit" class="secondary">"Create API key"</button>
+                </ActionForm>
+            </section>
+        </div>
+    }
+}
+
+fn plans() -> Vec<(String, String)> {
+    vec![
+        ("free".to_owned(), "Free".to_owned()),
+        ("pro".to_owned(), "Pro".to_owned()),
+        ("enterprise".to_owned(), "Enterprise".to_owned()),
+    ]
+}
