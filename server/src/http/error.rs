@@ -4,8 +4,20 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use serde::Serialize;
 
 use crate::storage::StorageError;
+
+/// The body of every error answer.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(example = json!({"code": "not_found", "message": "no destination \"dst_01jdqz8x9k5v3w2r1t0m4n6p8q\""}))]
+pub struct ErrorBody {
+    /// A stable, machine-readable snake_case code, e.g. `not_found`, `invalid_body`,
+    /// `delivery_not_waiting`.
+    pub code: String,
+    /// What went wrong, for people; it may change between versions.
+    pub message: String,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -57,7 +69,7 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(cause) = &self {
             tracing::error!(error = ?cause, "request failed");
         }
-        let body = serde_json::json!({ "code": code, "message": self.to_string() });
+        let body = ErrorBody { code: code.to_owned(), message: self.to_string() };
         (status, Json(body)).into_response()
     }
 }

@@ -40,7 +40,7 @@ use crate::auth;
 use crate::clock::now_ms;
 use crate::dispatch::signing::{self, VerifyError};
 use crate::domain::*;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
 use crate::http::v1::channels::{post_message, MessageBody, MessageView};
 use crate::startup::AppState;
 use crate::storage::{Slot, StorageError};
@@ -146,6 +146,62 @@ fn same_digest(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// The webhook and its token, from the URL answered when it was created.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct HookPath {
+    /// The incoming webhook.
+    #[param(inline)]
+    webhook_id: IncomingWebhookId,
+    /// Its token.
+    token: String,
+}
+
+/// The Standard Webhooks headers; required when the webhook has a signing secret.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+struct SignatureHeaders {
+    /// A unique ID per message; a `webhook-id` seen before is refused as a replay.
+    #[param(rename = "webhook-id")]
+    webhook_id: Option<String>,
+    /// Unix seconds; at most 5 minutes from the server's clock.
+    #[param(rename = "webhook-timestamp")]
+    webhook_timestamp: Option<String>,
+    /// `v1,<base64 HMAC-SHA256 of "{webhook-id}.{webhook-timestamp}.{body}">`, space-separated if several.
+    #[param(rename = "webhook-signature")]
+    webhook_signature: Option<String>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/hooks/{webhook_id}/{token}",
+    operation_id = "postIncomingWebhookMessage",
+    tag = "Incoming webhook senders",
+    summary = "Post a message to an incoming webhook",
+    description = "The body is read as JSON whatever its `Content-Type`. After 100 failed requests in a row \
+        (400, 401 `invalid_signature`, 413, 422, 500) the webhook is disabled; 401 `invalid_token`, 410 and 429 \
+        are not counted.",
+    params(HookPath, SignatureHeaders),
+    request_body(content = MessageBody, content_type = "application/json"),
+    security(()),
+    responses(
+        (status = 201, description = "The message (`sourceKind: incoming_webhook`); its `message.created` event is \
+            published", body = MessageView),
+        (status = 400, description = "The body is not valid JSON (`malformed_json`) or could not be read \
+            (`unreadable_body`)", body = ErrorBody),
+        (status = 401, description = "No webhook has this ID and token (`invalid_token`), or the signature is \
+            missing, wrong, too old or replayed (`invalid_signature`)", body = ErrorBody),
+        (status = 410, description = "The webhook is disabled (`webhook_disabled`)", body = ErrorBody),
+        (status = 413, description = "The body is larger than the server accepts (`body_too_large`)", body = ErrorBody),
+        (status = 422, description = "Not a message (`invalid_body`), or its text is empty (`empty_text`), too long \
+            (`text_too_long`) or has NUL characters (`invalid_text`)", body = ErrorBody),
+        (status = 429, description = "Over the webhook's rate (`rate_limited`)", body = ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait"))),
+        (status = 500, description = "The server failed (`internal`)", body = ErrorBody),
+    )
+)]
 async fn receive(
     State(state): State<AppState>,
     path: Result<Path<(String, String)>, PathRejection>,

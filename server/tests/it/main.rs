@@ -14,6 +14,7 @@ mod standard_webhooks;
 mod health;
 mod incoming;
 mod limits;
+mod openapi;
 mod bots;
 mod helpers;
 mod storage;

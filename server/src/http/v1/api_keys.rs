@@ -8,11 +8,15 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiJson, Caller};
+use super::openapi::{
+    ApiKeyPath, BadRequest, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
+    UnsupportedMediaType,
+};
 use super::views::{rfc3339, PageOf};
 use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::*;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
 use crate::storage::StorageError;
 
@@ -22,23 +26,32 @@ pub fn router() -> Router<AppState> {
         .route("/projects/{project}/api-keys/{id}/revoke", post(revoke))
 }
 
-#[derive(Deserialize)]
+/// A new API key.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = CreateApiKey)]
 struct CreateBody {
+    /// 1 to 100 bytes (trimmed), no NUL characters.
+    #[schema(min_length = 1, max_length = 100, pattern = r"^[^\x00]*[^\s\x00][^\x00]*$")]
     name: String,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ApiKey)]
 struct ApiKeyView {
     id: ApiKeyId,
     name: String,
     /// The first characters of the key, to tell keys apart.
     prefix: String,
+    #[schema(format = DateTime)]
     created_at: String,
+    /// `null` while the key is live.
+    #[schema(required = true, format = DateTime)]
     revoked_at: Option<String>,
-    /// Only in the answer that creates it.
+    /// The key itself, for `Authorization: Bearer <key>`; only in the answer that creates it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     key: Option<String>,
 }
 
@@ -55,6 +68,25 @@ impl From<&ApiKey> for ApiKeyView {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/api-keys",
+    operation_id = "createApiKey",
+    tag = "API keys",
+    summary = "Create an API key",
+    params(ProjectPath),
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The key, with the secret `key` (shown only here)", body = ApiKeyView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -63,8 +95,8 @@ async fn create(
 ) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
     let space_id = caller.space(&project)?;
     let name = body.name.trim();
-    if name.is_empty() || name.len() > 100 {
-        return Err(ApiError::invalid("invalid_name", "name needs 1 to 100 characters"));
+    if name.is_empty() || name.len() > 100 || name.contains('\0') {
+        return Err(ApiError::invalid("invalid_name", "name needs 1 to 100 characters and no NUL"));
     }
     let secret = auth::new_token("pfk");
     let key = ApiKey {
@@ -82,6 +114,20 @@ async fn create(
     Ok((StatusCode::CREATED, Json(view)))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/api-keys",
+    operation_id = "listApiKeys",
+    tag = "API keys",
+    summary = "List API keys",
+    params(ProjectPath),
+    responses(
+        (status = 200, description = "Every key of the project (revoked ones included), oldest first, without secrets, in one page", body = PageOf<ApiKeyView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -92,6 +138,20 @@ async fn list(
     Ok(Json(PageOf { data: keys.iter().map(ApiKeyView::from).collect(), next_cursor: None }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/api-keys/{id}/revoke",
+    operation_id = "revokeApiKey",
+    tag = "API keys",
+    summary = "Revoke an API key",
+    params(ApiKeyPath),
+    responses(
+        (status = 204, description = "Revoked: the key answers 401 from now on"),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "No such live key in this project, or no such project (`not_found`)", body = ErrorBody),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn revoke(
     State(state): State<AppState>,
     caller: Caller,

@@ -14,12 +14,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::channels::{post_message, MessageBody};
+use super::channels::{post_message, MessageBody, MessageView};
 use super::extract::ApiJson;
+use super::openapi::{
+    BadRequest, InternalError, PayloadTooLarge, Unprocessable, UnsupportedMediaType,
+};
 use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::*;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
 use crate::http::hooks::{only_post, too_many_requests, within_window, RATE_WINDOW_MS};
 use crate::startup::AppState;
 use crate::storage::{Slot, StorageError};
@@ -73,6 +76,42 @@ impl FromRequestParts<AppState> for BotCaller {
     }
 }
 
+/// The channel a bot posts into.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct BotChannelPath {
+    /// A channel of the bot's project; any other answers 404.
+    #[param(inline)]
+    channel_id: ChannelId,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/bot/channels/{channel_id}/messages",
+    operation_id = "postBotMessage",
+    tag = "Bot API",
+    summary = "Post a message as a bot",
+    description = "Bots may post at most `limits.bot_per_channel_per_second` messages per second into one \
+        channel, all bots together.",
+    params(BotChannelPath),
+    request_body = MessageBody,
+    security(("BotTokenAuth" = [])),
+    responses(
+        (status = 201, description = "The message (`sourceKind: bot`); its `message.created` event is published",
+            body = MessageView),
+        (status = 400, response = BadRequest),
+        (status = 401, description = "Missing, invalid or revoked bot token (`invalid_bot_token`)", body = ErrorBody,
+            headers(("WWW-Authenticate" = String, description = "`Bot`"))),
+        (status = 404, description = "No such channel in the bot's project (`not_found`)", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 429, description = "Over the channel's rate for bots (`rate_limited`)", body = ErrorBody,
+            headers(("Retry-After" = i64, description = "Seconds to wait"))),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn post_as_bot(
     State(state): State<AppState>,
     BotCaller(bot): BotCaller,

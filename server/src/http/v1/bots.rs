@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use super::channels::{list_query, page_by_id};
 use super::events::ListQuery;
 use super::extract::{ApiJson, Caller};
+use super::openapi::{
+    BadRequest, BotPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
+    Unprocessable, UnsupportedMediaType,
+};
 use super::views::{rfc3339, PageOf};
 use crate::auth;
 use crate::clock::now_ms;
@@ -32,14 +36,20 @@ pub fn router() -> Router<AppState> {
 }
 
 /// A bot as the API shows it; `token` only in the answer to its creation.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Bot)]
 struct BotView {
     id: BotId,
     name: String,
+    /// For `Authorization: Bot <token>`; only in the answer to its creation.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^pfb_[A-Za-z0-9]{40}$")]
     token: Option<String>,
+    #[schema(format = DateTime)]
     created_at: String,
+    /// When its token was revoked; `null` while it is live.
+    #[schema(required = true, format = DateTime)]
     revoked_at: Option<String>,
 }
 
@@ -55,12 +65,39 @@ impl From<&Bot> for BotView {
     }
 }
 
-#[derive(Deserialize)]
+/// A new bot.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateBot)]
 struct CreateBody {
+    /// 1 to 100 characters (trimmed), no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     name: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/bots",
+    operation_id = "createBot",
+    tag = "Bots",
+    summary = "Create a bot",
+    params(ProjectPath),
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The bot with its `token` (shown only here)", body = BotView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -106,6 +143,21 @@ async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) -> Res
         .ok_or_else(not_found)
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/bots",
+    operation_id = "listBots",
+    tag = "Bots",
+    summary = "List bots",
+    params(ProjectPath, ListQuery),
+    responses(
+        (status = 200, description = "A page of bots (revoked ones included), newest first", body = PageOf<BotView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -122,6 +174,20 @@ async fn list(
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/bots/{id}",
+    operation_id = "getBot",
+    tag = "Bots",
+    summary = "Read a bot",
+    params(BotPath),
+    responses(
+        (status = 200, description = "The bot", body = BotView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -133,6 +199,20 @@ async fn read(
 }
 
 /// Revokes a bot's token for good; revoking it again answers the same.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/bots/{id}/revoke",
+    operation_id = "revokeBot",
+    tag = "Bots",
+    summary = "Revoke a bot's token",
+    params(BotPath),
+    responses(
+        (status = 200, description = "The bot, revoked for good (revoking again answers the same)", body = BotView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn revoke(
     State(state): State<AppState>,
     caller: Caller,

@@ -16,10 +16,14 @@ use serde_json::Value;
 
 use super::events::{page_limit, ListQuery};
 use super::extract::{ApiJson, Caller};
+use super::openapi::{
+    BadRequest, ChannelPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
+    Unprocessable, UnsupportedMediaType,
+};
 use super::views::{rfc3339, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
 use crate::storage::{NewEvent, Page, Published, StorageError};
 
@@ -39,11 +43,13 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-#[derive(Serialize)]
+/// A channel of the project.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChannelView {
     pub id: ChannelId,
     pub name: String,
+    #[schema(format = DateTime)]
     pub created_at: String,
 }
 
@@ -58,18 +64,22 @@ impl From<&Channel> for ChannelView {
 }
 
 /// A message as every answer and the `message.created` payload show it.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Message)]
 pub struct MessageView {
     pub id: MessageId,
     pub channel_id: ChannelId,
     pub text: String,
     /// Always an array; empty when the message has none.
+    #[schema(value_type = Vec<Value>)]
     pub attachments: Value,
     /// `incoming_webhook`, `bot` or `api`.
     pub source_kind: MessageSourceKind,
     /// The webhook, bot or API key that posted it.
+    #[schema(required = true)]
     pub source_id: Option<String>,
+    #[schema(format = DateTime)]
     pub created_at: String,
 }
 
@@ -91,11 +101,16 @@ impl From<&Message> for MessageView {
 }
 
 /// The body of a new message, whoever posts it: `{"text": "...", "attachments"?: [...]}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PostMessage)]
 pub struct MessageBody {
+    /// 1 to 40000 characters (configurable), not only white space, no NUL characters.
+    #[schema(examples("Deploy finished"))]
     pub text: String,
+    /// Any JSON values, kept as they are.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<Value>>)]
     pub attachments: Option<Vec<Value>>,
 }
 
@@ -112,6 +127,12 @@ impl MessageBody {
     pub fn check(self, max_chars: usize) -> Result<NewMessage, ApiError> {
         if self.text.trim().is_empty() {
             return Err(ApiError::invalid("empty_text", "text must not be empty"));
+        }
+        if self.text.contains('\0') {
+            return Err(ApiError::invalid(
+                "invalid_text",
+                "text must not contain NUL characters",
+            ));
         }
         let chars = self.text.chars().count();
         if chars > max_chars {
@@ -215,9 +236,18 @@ where
     Ok(PageOf { data, next_cursor })
 }
 
-#[derive(Deserialize)]
+/// A new channel.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateChannel)]
 struct CreateBody {
+    /// 1 to 100 characters (trimmed), no control characters; unique in the project.
+    #[schema(
+        examples("deploys"),
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     name: String,
 }
 
@@ -233,6 +263,26 @@ fn check_name(name: &str) -> Result<String, ApiError> {
     Ok(name.to_owned())
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/channels",
+    operation_id = "createChannel",
+    tag = "Channels",
+    summary = "Create a channel",
+    params(ProjectPath),
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The channel", body = ChannelView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 409, description = "The project already has a channel of this name (`channel_name_taken`)", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -274,6 +324,21 @@ pub async fn find_channel(
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/channels",
+    operation_id = "listChannels",
+    tag = "Channels",
+    summary = "List channels",
+    params(ProjectPath, ListQuery),
+    responses(
+        (status = 200, description = "A page of channels, newest first", body = PageOf<ChannelView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -290,6 +355,20 @@ async fn list(
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/channels/{id}",
+    operation_id = "getChannel",
+    tag = "Channels",
+    summary = "Read a channel",
+    params(ChannelPath),
+    responses(
+        (status = 200, description = "The channel", body = ChannelView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -302,6 +381,21 @@ async fn read(
 }
 
 /// The channel's messages, newest first (keyset: `limit`, `cursor` → `nextCursor`).
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/channels/{id}/messages",
+    operation_id = "listChannelMessages",
+    tag = "Channels",
+    summary = "List a channel's messages",
+    params(ChannelPath, ListQuery),
+    responses(
+        (status = 200, description = "A page of messages, newest first", body = PageOf<MessageView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn messages(
     State(state): State<AppState>,
     caller: Caller,
@@ -333,6 +427,25 @@ async fn messages(
 }
 
 /// Posts a message as the integration itself (`sourceKind: "api"`, `sourceId`: the API key).
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/channels/{id}/messages",
+    operation_id = "postChannelMessage",
+    tag = "Channels",
+    summary = "Post a message with the API key",
+    params(ChannelPath),
+    request_body = MessageBody,
+    responses(
+        (status = 201, description = "The message (`sourceKind: api`); its `message.created` event is published", body = MessageView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn post_with_api_key(
     State(state): State<AppState>,
     caller: Caller,

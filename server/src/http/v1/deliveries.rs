@@ -1,5 +1,6 @@
 //! `/v1/projects/{project}/deliveries`: list with filters, read one with its attempts.
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
@@ -8,10 +9,14 @@ use serde::{Deserialize, Serialize};
 
 use super::events::page_limit;
 use super::extract::{ApiJson, Caller};
-use crate::clock::now_ms;
+use super::openapi::{
+    BadRequest, DeliveryPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
+    UnsupportedMediaType,
+};
 use super::views::{AttemptView, DeliveryView, PageOf};
+use crate::clock::now_ms;
 use crate::domain::*;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
 use crate::storage::{BulkOutcome, DeliveryFilter, Page, StorageError};
 
@@ -32,38 +37,67 @@ pub const MAX_CHOSEN: usize = 100;
 /// The most failed deliveries one resend-failed call resends (SPEC §2.7).
 pub const MAX_RESEND_FAILED: i64 = 1000;
 
-#[derive(Deserialize)]
+/// The deliveries to act on.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = ChosenDeliveries)]
 struct ChosenBody {
+    /// 1 to 100 delivery IDs; unknown or malformed ones are answered `not_found`.
+    #[schema(min_items = 1, max_items = 100)]
     delivery_ids: Vec<String>,
 }
 
-#[derive(Deserialize, Default)]
+/// Which failed deliveries to resend; an empty body (or `{}`) means the whole project.
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = ResendFailed)]
 struct ResendFailedBody {
+    /// Only this destination's failed deliveries.
     #[serde(default)]
     destination_id: Option<String>,
 }
 
 /// One line of a bulk answer: what happened to each ID asked for.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct BulkItem {
+    /// The ID as it was asked for.
     id: String,
-    /// `resent`, `cancelled`, `not_found`, `not_waiting`, `not_finished`, `destination_inactive`.
+    #[schema(value_type = String, schema_with = bulk_result_schema)]
     result: &'static str,
+    /// The new delivery, when `result` is `resent`.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     new_delivery_id: Option<DeliveryId>,
+    /// The delivery's status, when it was not in one the action applies to.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     status: Option<DeliveryStatus>,
 }
 
-#[derive(Serialize)]
+fn bulk_result_schema() -> utoipa::openapi::schema::Object {
+    utoipa::openapi::schema::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::schema::Type::String)
+        .description(Some(
+            "`resent` or `cancelled`: done; `not_found`: no such delivery in this project; \
+             `not_waiting`: only `pending` or `retrying` deliveries can be cancelled; `not_finished`: \
+             only finished deliveries can be resent; `destination_inactive`: enable the destination first.",
+        ))
+        .enum_values(Some(["resent", "cancelled", "not_found", "not_waiting", "not_finished", "destination_inactive"]))
+        .build()
+}
+
+/// What a bulk resend or cancel did: a count (`resent` or `cancelled`) and one line per ID.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct BulkAnswer {
+    /// How many were resent (resend only).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     resent: Option<i64>,
+    /// How many were cancelled (cancel only).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     cancelled: Option<i64>,
     results: Vec<BulkItem>,
 }
@@ -100,6 +134,21 @@ fn chosen(body: ChosenBody) -> Result<(Vec<DeliveryId>, Vec<BulkItem>), ApiError
     Ok((ids, bad))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/deliveries/{id}/resend",
+    operation_id = "resendDelivery",
+    tag = "Deliveries",
+    summary = "Resend a delivery",
+    params(DeliveryPath),
+    responses(
+        (status = 202, description = "The new delivery: the same event to the same destination, with the same `webhookId`, sent straight away with a full set of attempts", body = DeliveryView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 409, description = "The delivery is not finished (`delivery_not_finished`) or its destination is inactive (`destination_inactive`)", body = ErrorBody),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn resend_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -125,6 +174,25 @@ async fn resend_one(
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/deliveries/resend",
+    operation_id = "resendDeliveries",
+    tag = "Deliveries",
+    summary = "Resend chosen deliveries",
+    params(ProjectPath),
+    request_body = ChosenBody,
+    responses(
+        (status = 200, description = "What happened to each ID", body = BulkAnswer),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn resend_many(
     State(state): State<AppState>,
     caller: Caller,
@@ -142,7 +210,7 @@ async fn resend_many(
     Ok(Json(BulkAnswer { resent: Some(resent), cancelled: None, results }))
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 struct ResendFailedAnswer {
     resent: i64,
@@ -150,13 +218,40 @@ struct ResendFailedAnswer {
     remaining: i64,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/deliveries/resend-failed",
+    operation_id = "resendFailedDeliveries",
+    tag = "Deliveries",
+    summary = "Resend failed deliveries",
+    description = "Resends up to 1000 `failed` deliveries of the project (or of one destination) that were not resent before, oldest first.",
+    params(ProjectPath),
+    request_body(content = ResendFailedBody, description = "Optional; JSON whatever the `Content-Type`", content_type = "application/json"),
+    responses(
+        (status = 200, description = "How many were resent, and how many remain: call again while `remaining` is above zero", body = ResendFailedAnswer),
+        (status = 400, description = "The body is not valid JSON (`malformed_json`) or could not be read", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "No such project, or no such destination in it (`not_found`)", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn resend_failed(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
-    body: axum::body::Bytes,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<ResendFailedAnswer>, ApiError> {
     let space_id = caller.space(&project)?;
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::Status {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            code: "body_too_large",
+            message: "the request body is larger than this server accepts".into(),
+        },
+        status => ApiError::Status { status, code: "bad_request", message: rejection.body_text() },
+    })?;
     // The body is optional: none (or `{}`) means the whole space.
     let body: ResendFailedBody = if body.iter().all(u8::is_ascii_whitespace) {
         ResendFailedBody::default()
@@ -187,6 +282,21 @@ async fn resend_failed(
     Ok(Json(ResendFailedAnswer { resent: done.resent, remaining: done.remaining }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/deliveries/{id}/cancel",
+    operation_id = "cancelDelivery",
+    tag = "Deliveries",
+    summary = "Cancel a delivery",
+    params(DeliveryPath),
+    responses(
+        (status = 200, description = "The delivery, now `cancelled`; it is never sent again", body = DeliveryView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 409, description = "The delivery is not `pending` or `retrying` (`delivery_not_waiting`)", body = ErrorBody),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn cancel_one(
     State(state): State<AppState>,
     caller: Caller,
@@ -204,6 +314,25 @@ async fn cancel_one(
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/deliveries/cancel",
+    operation_id = "cancelDeliveries",
+    tag = "Deliveries",
+    summary = "Cancel chosen deliveries",
+    params(ProjectPath),
+    request_body = ChosenBody,
+    responses(
+        (status = 200, description = "What happened to each ID", body = BulkAnswer),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn cancel_many(
     State(state): State<AppState>,
     caller: Caller,
@@ -218,24 +347,34 @@ async fn cancel_many(
     Ok(Json(BulkAnswer { resent: None, cancelled: Some(cancelled), results }))
 }
 
-#[derive(Deserialize)]
+/// The filters of the delivery listing, and its page.
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     #[serde(default)]
+    #[param(value_type = Option<DeliveryStatus>, inline)]
     status: Option<String>,
     #[serde(default)]
+    #[param(value_type = Option<DestinationId>, inline)]
     destination_id: Option<String>,
     #[serde(default)]
     event_type: Option<String>,
+    /// The class of the last failed attempt.
     #[serde(default)]
+    #[param(value_type = Option<ErrorClass>, inline)]
     error_class: Option<String>,
-    /// RFC 3339 or Unix milliseconds.
+    /// Created at or after: RFC 3339 or Unix milliseconds.
     #[serde(default)]
     since: Option<String>,
+    /// Created before: RFC 3339 or Unix milliseconds.
     #[serde(default)]
     until: Option<String>,
+    /// At most this many: 1 to 250, 50 by default.
     #[serde(default)]
+    #[param(minimum = 1, maximum = 250)]
     limit: Option<i64>,
+    /// The `nextCursor` of the previous page.
     #[serde(default)]
     cursor: Option<String>,
 }
@@ -253,23 +392,43 @@ fn filter_value<T: std::str::FromStr>(name: &str, v: Option<String>) -> Result<O
 where
     T::Err: std::fmt::Display,
 {
-    v.map(|s| s.parse::<T>().map_err(|e| ApiError::invalid("invalid_filter", format!("{name}: {e}"))))
-        .transpose()
+    v.map(|s| s.parse::<T>().map_err(|e| ApiError::invalid("invalid_filter", format!("{name}: {e}")))).transpose()
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/deliveries",
+    operation_id = "listDeliveries",
+    tag = "Deliveries",
+    summary = "List deliveries",
+    params(ProjectPath, ListQuery),
+    responses(
+        (status = 200, description = "A page of deliveries, newest first", body = PageOf<DeliveryView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<DeliveryView>>, ApiError> {
     let space_id = caller.space(&project)?;
+    let Query(q) = q.map_err(|e| ApiError::invalid("invalid_query", e.body_text()))?;
     let limit = page_limit(q.limit)?;
     let filter = DeliveryFilter {
         space_id: Some(space_id),
         status: filter_value("status", q.status)?,
         destination_id: filter_value("destinationId", q.destination_id)?,
-        event_type: q.event_type,
+        event_type: match q.event_type {
+            Some(t) if t.contains('\0') => {
+                return Err(ApiError::invalid("invalid_filter", "eventType must not contain NUL"))
+            }
+            other => other,
+        },
         error_class: filter_value("errorClass", q.error_class)?,
         since: q.since.as_deref().map(|s| parse_time("since", s)).transpose()?,
         until: q.until.as_deref().map(|s| parse_time("until", s)).transpose()?,
@@ -292,6 +451,20 @@ pub async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) ->
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/deliveries/{id}",
+    operation_id = "getDelivery",
+    tag = "Deliveries",
+    summary = "Read a delivery with its attempts",
+    params(DeliveryPath),
+    responses(
+        (status = 200, description = "The delivery, with `attempts` (oldest first)", body = DeliveryView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -304,6 +477,20 @@ async fn read(
     Ok(Json(v))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/deliveries/{id}/attempts",
+    operation_id = "listDeliveryAttempts",
+    tag = "Deliveries",
+    summary = "List a delivery's attempts",
+    params(DeliveryPath),
+    responses(
+        (status = 200, description = "Every attempt, oldest first, in one page", body = PageOf<AttemptView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn attempts(
     State(state): State<AppState>,
     caller: Caller,

@@ -9,7 +9,11 @@ use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use super::extract::{ApiJson, Caller};
-use super::views::{rfc3339, DestinationView};
+use super::openapi::{
+    BadRequest, DestinationPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
+    UnsupportedMediaType,
+};
+use super::views::{rfc3339, DestinationView, PageOf};
 use crate::clock::now_ms;
 use crate::dispatch::jq as transform;
 use crate::dispatch::{retry::RetryPolicy, signing};
@@ -29,22 +33,42 @@ pub fn router() -> Router<AppState> {
         .route("/projects/{project}/destinations/{id}/rotate-secret", post(rotate_secret))
 }
 
-#[derive(Deserialize)]
+/// A new destination; only `url` is required.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = CreateDestination)]
 struct CreateBody {
+    /// An `http` or `https` URL with a host, at most 2048 characters.
+    #[schema(
+        format = "uri",
+        pattern = "^[Hh][Tt][Tt][Pp][Ss]?://",
+        max_length = 2048,
+        examples("https://example.com/webhooks")
+    )]
     url: String,
+    /// At most 1000 bytes.
     #[serde(default)]
     description: Option<String>,
+    /// 1 to 100 event types (1-100 of `A-Z a-z 0-9 . _ : -`) or `*`; `null` or absent
+    /// subscribes to every type.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<super::openapi::EventTypePattern>>, min_items = 1, max_items = 100)]
     event_types: Option<Vec<String>>,
     #[serde(default)]
     rate_limit: Option<RateLimit>,
+    /// Attempts in all, the first included: 1 to 20 (the preset's by default).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 20)]
     max_attempts: Option<i64>,
+    /// 1 to 60; 30 by default.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 60)]
     timeout_seconds: Option<i64>,
+    /// The `partyflow` preset by default.
     #[serde(default)]
+    #[schema(value_type = Option<super::openapi::RetryPolicyInput>)]
     retry_policy: Option<Value>,
+    /// A jq program applied to each payload before it is sent; blank means none.
     #[serde(default)]
     transformation: Option<String>,
 }
@@ -54,24 +78,36 @@ fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Opti
     Option::<T>::deserialize(d).map(Some)
 }
 
-#[derive(Deserialize)]
+/// The fields to change; absent fields (and `null` for `url`, `description`,
+/// `maxAttempts`, `timeoutSeconds`, `retryPolicy`) stay as they are. `null` clears
+/// `eventTypes` (every type), `rateLimit` and `transformation`.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = UpdateDestination)]
 struct UpdateBody {
     #[serde(default)]
+    #[schema(format = "uri", pattern = "^[Hh][Tt][Tt][Pp][Ss]?://", max_length = 2048)]
     url: Option<String>,
+    /// At most 1000 bytes.
     #[serde(default)]
     description: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<Vec<super::openapi::EventTypePattern>>, min_items = 1, max_items = 100)]
     event_types: Option<Option<Vec<String>>>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<RateLimit>)]
     rate_limit: Option<Option<RateLimit>>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 20)]
     max_attempts: Option<i64>,
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 60)]
     timeout_seconds: Option<i64>,
     #[serde(default)]
+    #[schema(value_type = Option<super::openapi::RetryPolicyInput>)]
     retry_policy: Option<Value>,
     #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>)]
     transformation: Option<Option<String>>,
 }
 
@@ -143,6 +179,7 @@ fn check_transformation(program: Option<String>) -> Result<Option<String>, ApiEr
     match program {
         None => Ok(None),
         Some(p) if p.trim().is_empty() => Ok(None),
+        Some(p) if p.contains('\0') => Err(invalid("invalid_transformation", "the program must not contain NUL")),
         Some(p) => {
             transform::compile(&p).map_err(|e| invalid("invalid_transformation", e.to_string()))?;
             Ok(Some(p))
@@ -155,6 +192,9 @@ fn check_description(d: Option<String>) -> Result<String, ApiError> {
     if d.len() > 1000 {
         return Err(invalid("invalid_description", "description may have at most 1000 characters"));
     }
+    if d.contains('\0') {
+        return Err(invalid("invalid_description", "description must not contain NUL"));
+    }
     Ok(d)
 }
 
@@ -165,6 +205,25 @@ pub fn view(d: &Destination) -> DestinationView {
     DestinationView::new(d, policy)
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/destinations",
+    operation_id = "createDestination",
+    tag = "Destinations",
+    summary = "Create a destination",
+    params(ProjectPath),
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The destination, with its signing secret (shown only here and on rotation)", body = DestinationView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -214,16 +273,44 @@ async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) -> Res
     })
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/destinations",
+    operation_id = "listDestinations",
+    tag = "Destinations",
+    summary = "List destinations",
+    params(ProjectPath),
+    responses(
+        (status = 200, description = "Every destination of the project, oldest first, in one page (`nextCursor` is always `null`)", body = PageOf<DestinationView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
-) -> Result<Json<super::views::PageOf<DestinationView>>, ApiError> {
+) -> Result<Json<PageOf<DestinationView>>, ApiError> {
     let space_id = caller.space(&project)?;
     let all = state.storage.list_destinations(space_id).await?;
-    Ok(Json(super::views::PageOf { data: all.iter().map(view).collect(), next_cursor: None }))
+    Ok(Json(PageOf { data: all.iter().map(view).collect(), next_cursor: None }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/destinations/{id}",
+    operation_id = "getDestination",
+    tag = "Destinations",
+    summary = "Read a destination",
+    params(DestinationPath),
+    responses(
+        (status = 200, description = "The destination", body = DestinationView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -232,6 +319,25 @@ async fn read(
     Ok(Json(view(&find(&state, &caller, &project, &id).await?)))
 }
 
+#[utoipa::path(
+    patch,
+    path = "/v1/projects/{project}/destinations/{id}",
+    operation_id = "updateDestination",
+    tag = "Destinations",
+    summary = "Change a destination",
+    params(DestinationPath),
+    request_body = UpdateBody,
+    responses(
+        (status = 200, description = "The destination as changed", body = DestinationView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn update(
     State(state): State<AppState>,
     caller: Caller,
@@ -269,6 +375,20 @@ async fn update(
     Ok(Json(view(&d)))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/projects/{project}/destinations/{id}",
+    operation_id = "deleteDestination",
+    tag = "Destinations",
+    summary = "Delete a destination",
+    params(DestinationPath),
+    responses(
+        (status = 204, description = "Deleted, with its deliveries"),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn remove(
     State(state): State<AppState>,
     caller: Caller,
@@ -297,6 +417,20 @@ async fn set_status(
     Ok(Json(view(&updated)))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/destinations/{id}/enable",
+    operation_id = "enableDestination",
+    tag = "Destinations",
+    summary = "Enable a destination",
+    params(DestinationPath),
+    responses(
+        (status = 200, description = "The destination, now `active`", body = DestinationView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn enable(
     State(state): State<AppState>,
     caller: Caller,
@@ -305,6 +439,20 @@ async fn enable(
     set_status(&state, &caller, &project, &id, DestinationStatus::Active).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/destinations/{id}/disable",
+    operation_id = "disableDestination",
+    tag = "Destinations",
+    summary = "Disable a destination",
+    params(DestinationPath),
+    responses(
+        (status = 200, description = "The destination, now `inactive`: it gets no new deliveries", body = DestinationView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn disable(
     State(state): State<AppState>,
     caller: Caller,
@@ -314,6 +462,20 @@ async fn disable(
 }
 
 /// A new secret; the old one keeps signing for 24 hours so receivers can switch over.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/destinations/{id}/rotate-secret",
+    operation_id = "rotateDestinationSecret",
+    tag = "Destinations",
+    summary = "Rotate the signing secret",
+    params(DestinationPath),
+    responses(
+        (status = 200, description = "The destination with its new `secret`; the old one keeps signing until `previousSecretExpiresAt` (24 hours)", body = DestinationView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn rotate_secret(
     State(state): State<AppState>,
     caller: Caller,

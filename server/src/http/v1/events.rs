@@ -1,5 +1,6 @@
 //! `/v1/projects/{project}/events`: publish (ingest atomic with fan-out), list, read.
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
@@ -8,12 +9,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use super::channels::list_query;
 use super::destinations::check_event_type;
 use super::extract::{ApiJson, Caller};
+use super::openapi::{
+    BadRequest, EventPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
+    UnsupportedMediaType,
+};
 use super::views::{EventView, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
-use crate::http::error::ApiError;
+use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
 use crate::storage::{NewEvent, Page, Published, StorageError};
 
@@ -23,25 +29,59 @@ pub fn router() -> Router<AppState> {
         .route("/projects/{project}/events/{id}", get(read))
 }
 
-#[derive(Deserialize)]
+/// An event to publish.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = PublishEvent)]
 struct PublishBody {
+    /// 1-100 of `A-Z a-z 0-9 . _ : -`.
     #[serde(rename = "type")]
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,100}$", examples("order.created"))]
     event_type: String,
+    /// Any JSON value.
+    #[schema(value_type = Value, required = true)]
     payload: Value,
+    /// 1 to 255 bytes. Publishing again with the same key answers the first event
+    /// (the same `type` and `payload`) or 409 (different ones).
     #[serde(default)]
     idempotency_key: Option<String>,
 }
 
-#[derive(Serialize)]
+/// The event, written with its deliveries.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = PublishedEvent)]
 struct Published202 {
     id: EventId,
+    /// How many deliveries it got: one per active destination subscribed to its type.
     deliveries: i64,
 }
 
 /// Writes the event and its deliveries in one transaction, then answers 202: an
 /// event answered 2xx is on disk with every delivery it will ever get.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/events",
+    operation_id = "publishEvent",
+    tag = "Events",
+    summary = "Publish an event",
+    description = "Writes the event and one delivery per active destination subscribed to its type, in one \
+        transaction, then answers 202. The same `idempotencyKey` again answers the first event.",
+    params(ProjectPath),
+    request_body = PublishBody,
+    responses(
+        (status = 202, description = "Accepted: the event and its deliveries are stored", body = Published202),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 409, description = "The `idempotencyKey` was used for a different event (`idempotency_key_reused`)",
+            body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn publish(
     State(state): State<AppState>,
     caller: Caller,
@@ -51,8 +91,8 @@ async fn publish(
     let space_id = caller.space(&project)?;
     check_event_type(&body.event_type)?;
     if let Some(key) = &body.idempotency_key {
-        if key.is_empty() || key.len() > 255 {
-            return Err(ApiError::invalid("invalid_idempotency_key", "idempotencyKey needs 1 to 255 characters"));
+        if key.is_empty() || key.len() > 255 || key.contains('\0') {
+            return Err(ApiError::invalid("invalid_idempotency_key", "idempotencyKey needs 1 to 255 bytes and no NUL"));
         }
     }
     let payload_text = body.payload.to_string();
@@ -65,7 +105,13 @@ async fn publish(
     };
     let now = now_ms();
     let new = NewEvent {
-        event: Event { id: EventId::new(), space_id, event_type: body.event_type, payload: body.payload, created_at: now },
+        event: Event {
+            id: EventId::new(),
+            space_id,
+            event_type: body.event_type,
+            payload: body.payload,
+            created_at: now,
+        },
         idempotency_key: body.idempotency_key,
         request_hash: request_hash.clone(),
     };
@@ -86,11 +132,16 @@ async fn publish(
     }
 }
 
-#[derive(Deserialize)]
+/// `limit` and `cursor` of a keyset-paginated listing.
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// At most this many items: 1 to 250, 50 by default.
     #[serde(default)]
+    #[param(minimum = 1, maximum = 250)]
     pub limit: Option<i64>,
+    /// The `nextCursor` of the previous page.
     #[serde(default)]
     pub cursor: Option<String>,
 }
@@ -104,23 +155,55 @@ pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/events",
+    operation_id = "listEvents",
+    tag = "Events",
+    summary = "List events",
+    params(ProjectPath, ListQuery),
+    responses(
+        (status = 200, description = "A page of events, newest first", body = PageOf<EventView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<EventView>>, ApiError> {
     let space_id = caller.space(&project)?;
+    let q = list_query(q)?;
     let limit = page_limit(q.limit)?;
     let before = q
         .cursor
-        .map(|c| c.parse::<EventId>().map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave")))
+        .map(|c| {
+            c.parse::<EventId>().map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
+        })
         .transpose()?;
     let events = state.storage.list_events(space_id, Page { before, limit }).await?;
     let next_cursor = (events.len() as i64 == limit).then(|| events.last().map(|e| e.id.to_string())).flatten();
     Ok(Json(PageOf { data: events.iter().map(EventView::from).collect(), next_cursor }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/events/{id}",
+    operation_id = "getEvent",
+    tag = "Events",
+    summary = "Read an event",
+    params(EventPath),
+    responses(
+        (status = 200, description = "The event", body = EventView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn read(
     State(state): State<AppState>,
     caller: Caller,

@@ -15,6 +15,10 @@ use serde_json::Value;
 use super::channels::{find_channel, list_query, page_by_id};
 use super::events::ListQuery;
 use super::extract::{ApiJson, Caller};
+use super::openapi::{
+    BadRequest, IncomingWebhookPath, InternalError, NotFound, PayloadTooLarge, ProjectPath,
+    Unauthorized, Unprocessable, UnsupportedMediaType,
+};
 use super::views::{rfc3339, PageOf};
 use crate::auth;
 use crate::clock::now_ms;
@@ -53,25 +57,35 @@ pub fn router() -> Router<AppState> {
 
 /// An incoming webhook as the API shows it. `url`, `token` and a generated
 /// `signingSecret` appear only in the answer to its creation: only the token's hash is kept.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = IncomingWebhook)]
 struct WebhookView {
     id: IncomingWebhookId,
     channel_id: ChannelId,
     name: String,
+    /// Where senders post messages (`…/hooks/{id}/{token}`); only in the answer to its creation.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     url: Option<String>,
+    /// Only in the answer to its creation.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^pfh_[A-Za-z0-9]{40}$")]
     token: Option<String>,
+    /// A generated `whsec_…` secret; only in the answer to the creation that asked for one.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^whsec_")]
     signing_secret: Option<String>,
     status: IncomingWebhookStatus,
+    /// Failed requests in a row; at 100 the webhook is disabled.
     consecutive_failures: i64,
     /// Messages per second it accepts, from the space's plan.
     rate_per_second: i64,
     /// Whether senders must sign their requests (Standard Webhooks).
     signed: bool,
+    #[schema(format = DateTime)]
     created_at: String,
+    #[schema(required = true, format = DateTime)]
     disabled_at: Option<String>,
 }
 
@@ -98,15 +112,37 @@ async fn rate_of(state: &AppState, space_id: SpaceId) -> Result<i64, ApiError> {
     Ok(state.config.limits.incoming_per_second.for_plan(space.plan))
 }
 
-#[derive(Deserialize)]
+/// A new incoming webhook.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[schema(as = CreateIncomingWebhook)]
 struct CreateBody {
+    /// A channel of this project (`unknown_channel`, 422, otherwise).
+    #[schema(value_type = ChannelId)]
     channel_id: String,
+    /// 1 to 100 characters (trimmed), no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+    )]
     name: String,
     /// `true`: generate a secret (answered once); a `whsec_…` string: use it;
     /// `false`, `null` or absent: requests are not signed.
     #[serde(default)]
+    #[schema(schema_with = signing_secret_schema)]
     signing_secret: Option<Value>,
+}
+
+fn signing_secret_schema() -> utoipa::openapi::schema::Object {
+    use utoipa::openapi::schema::{ObjectBuilder, SchemaType, Type};
+    ObjectBuilder::new()
+        .schema_type(SchemaType::Array(vec![Type::Boolean, Type::String, Type::Null]))
+        .description(Some(
+            "`true`: generate a secret (answered once); a `whsec_…` string (base64 of a 24 to 64 byte key): \
+             use it; `false`, `null` or absent: requests are not signed.",
+        ))
+        .build()
 }
 
 fn check_name(name: &str) -> Result<String, ApiError> {
@@ -164,6 +200,25 @@ fn hook_url(headers: &HeaderMap, state: &AppState, id: IncomingWebhookId, token:
     format!("http://{host}/hooks/{id}/{token}")
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/incoming-webhooks",
+    operation_id = "createIncomingWebhook",
+    tag = "Incoming webhooks",
+    summary = "Create an incoming webhook",
+    params(ProjectPath),
+    request_body = CreateBody,
+    responses(
+        (status = 201, description = "The webhook with its `url` and `token` (shown only here)", body = WebhookView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -225,6 +280,21 @@ async fn find(
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/incoming-webhooks",
+    operation_id = "listIncomingWebhooks",
+    tag = "Incoming webhooks",
+    summary = "List incoming webhooks",
+    params(ProjectPath, ListQuery),
+    responses(
+        (status = 200, description = "A page of incoming webhooks, newest first", body = PageOf<WebhookView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -242,6 +312,20 @@ async fn list(
     }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/incoming-webhooks/{id}",
+    operation_id = "getIncomingWebhook",
+    tag = "Incoming webhooks",
+    summary = "Read an incoming webhook",
+    params(IncomingWebhookPath),
+    responses(
+        (status = 200, description = "The webhook", body = WebhookView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn read(
     State(state): State<AppState>,
     caller: Caller,
@@ -251,6 +335,20 @@ async fn read(
     Ok(Json(view(&w, rate_of(&state, w.space_id).await?)))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/projects/{project}/incoming-webhooks/{id}",
+    operation_id = "deleteIncomingWebhook",
+    tag = "Incoming webhooks",
+    summary = "Delete an incoming webhook",
+    params(IncomingWebhookPath),
+    responses(
+        (status = 204, description = "Deleted; its URL answers 401 from now on"),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn remove(
     State(state): State<AppState>,
     caller: Caller,
@@ -280,6 +378,20 @@ async fn set_status(
 }
 
 /// Re-enables a webhook (after auto-disable or by hand); its failure streak starts over.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/incoming-webhooks/{id}/enable",
+    operation_id = "enableIncomingWebhook",
+    tag = "Incoming webhooks",
+    summary = "Enable an incoming webhook",
+    params(IncomingWebhookPath),
+    responses(
+        (status = 200, description = "The webhook, now `active`, its failure streak reset", body = WebhookView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn enable(
     State(state): State<AppState>,
     caller: Caller,
@@ -296,6 +408,20 @@ async fn enable(
 }
 
 /// Disables a webhook by hand: senders get 410 until it is enabled again.
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/incoming-webhooks/{id}/disable",
+    operation_id = "disableIncomingWebhook",
+    tag = "Incoming webhooks",
+    summary = "Disable an incoming webhook",
+    params(IncomingWebhookPath),
+    responses(
+        (status = 200, description = "The webhook, now `disabled`: senders get 410", body = WebhookView),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn disable(
     State(state): State<AppState>,
     caller: Caller,

@@ -13,10 +13,12 @@ pub mod bots;
 pub mod channels;
 pub mod deliveries;
 pub mod destinations;
+pub mod docs;
 pub mod events;
 pub mod extract;
 pub mod incoming_webhooks;
 pub mod notifications;
+pub mod openapi;
 pub mod views;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
@@ -30,6 +32,7 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .merge(bot::router())
         .merge(api_keys::router())
         .merge(notifications::router())
+        .merge(openapi::router())
         .fallback(super::error::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }

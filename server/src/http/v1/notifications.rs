@@ -1,6 +1,7 @@
 //! `/v1/projects/{project}/notifications`: what admins were told about this space
 //! (a destination or incoming webhook disabled, early warnings), read or unread.
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
@@ -9,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::events::page_limit;
 use super::extract::Caller;
+use super::openapi::{InternalError, NotFound, NotificationPath, ProjectPath, Unauthorized, Unprocessable};
 use super::views::{rfc3339, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
@@ -22,27 +24,41 @@ pub fn router() -> Router<AppState> {
         .route("/projects/{project}/notifications/{id}/read", post(mark_read))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
     /// Only unread ones.
     #[serde(default)]
     unread: Option<bool>,
+    /// At most this many: 1 to 250, 50 by default.
     #[serde(default)]
+    #[param(minimum = 1, maximum = 250)]
     limit: Option<i64>,
+    /// The `nextCursor` of the previous page.
     #[serde(default)]
     cursor: Option<String>,
 }
 
-#[derive(Serialize)]
+/// Something admins were told about this project.
+#[derive(Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Notification)]
 struct NotificationView {
     id: NotificationId,
+    /// What happened, e.g. `destination_disabled`.
     kind: String,
+    /// The kind of thing it is about, e.g. `destination`.
+    #[schema(required = true)]
     subject_kind: Option<String>,
+    /// The ID of the thing it is about.
+    #[schema(required = true)]
     subject_id: Option<String>,
     message: String,
+    #[schema(format = DateTime)]
     created_at: String,
+    /// `null` while it is unread.
+    #[schema(required = true, format = DateTime)]
     read_at: Option<String>,
 }
 
@@ -60,26 +76,57 @@ impl From<&Notification> for NotificationView {
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/projects/{project}/notifications",
+    operation_id = "listNotifications",
+    tag = "Notifications",
+    summary = "List notifications",
+    params(ProjectPath, ListQuery),
+    responses(
+        (status = 200, description = "A page of notifications, newest first", body = PageOf<NotificationView>),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
-    Query(q): Query<ListQuery>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<NotificationView>>, ApiError> {
     let space_id = caller.space(&project)?;
+    let Query(q) = q.map_err(|e| ApiError::invalid("invalid_query", e.body_text()))?;
     let limit = page_limit(q.limit)?;
     let before = q
         .cursor
-        .map(|c| c.parse::<NotificationId>().map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave")))
+        .map(|c| {
+            c.parse::<NotificationId>()
+                .map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
+        })
         .transpose()?;
-    let rows = state
-        .storage
-        .list_space_notifications(space_id, q.unread.unwrap_or(false), Page { before, limit })
-        .await?;
+    let rows =
+        state.storage.list_space_notifications(space_id, q.unread.unwrap_or(false), Page { before, limit }).await?;
     let next_cursor = (rows.len() as i64 == limit).then(|| rows.last().map(|n| n.id.to_string())).flatten();
     Ok(Json(PageOf { data: rows.iter().map(NotificationView::from).collect(), next_cursor }))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/notifications/{id}/read",
+    operation_id = "markNotificationRead",
+    tag = "Notifications",
+    summary = "Mark a notification read",
+    params(NotificationPath),
+    responses(
+        (status = 204, description = "Marked read"),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
 async fn mark_read(
     State(state): State<AppState>,
     caller: Caller,

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::domain::*;
 
@@ -16,36 +17,60 @@ fn rfc3339_opt(ms: Option<UnixMs>) -> Option<String> {
     ms.map(rfc3339)
 }
 
-/// A page of a listing; `nextCursor` is absent on the last page.
-#[derive(Serialize)]
+/// A page of a listing.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PageOf<T> {
     pub data: Vec<T>,
+    /// Pass it as `cursor` for the next page; `null` on the last page.
+    #[schema(required = true)]
     pub next_cursor: Option<String>,
 }
 
-#[derive(Serialize)]
+/// A destination: where events of the types it subscribes to are sent.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DestinationView {
     pub id: DestinationId,
+    #[schema(format = "uri")]
     pub url: String,
     pub description: String,
+    /// The event types it subscribes to (`*` for all); `null` subscribes to every type.
+    #[schema(required = true)]
     pub event_types: Option<Vec<String>>,
+    /// Its own send limit; `null` for none.
+    #[schema(required = true)]
     pub rate_limit: Option<RateLimit>,
+    /// Attempts in all, the first one included.
+    #[schema(minimum = 1, maximum = 20)]
     pub max_attempts: i64,
+    #[schema(minimum = 1, maximum = 60)]
     pub timeout_seconds: i64,
+    #[schema(value_type = super::openapi::RetryPolicy)]
     pub retry_policy: Value,
+    /// A jq program that reshapes each payload before it is sent; `null` for none.
+    #[schema(required = true)]
     pub transformation: Option<String>,
     pub status: DestinationStatus,
+    /// Why it was disabled; `null` when it never was.
+    #[schema(required = true)]
     pub disabled_reason: Option<String>,
+    /// Deliveries in a row that failed for good; at the threshold the destination is disabled.
     pub consecutive_dead_letters: i64,
+    /// Events not delivered because it was inactive.
     pub skipped_events: i64,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
-    /// Only when it is created or rotated.
+    /// The signing secret (`whsec_…`); only in the answers that create the destination or
+    /// rotate its secret.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, pattern = "^whsec_")]
     pub secret: Option<String>,
+    /// Until when the previous secret keeps signing; only in the answer to a rotation.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, format = DateTime)]
     pub previous_secret_expires_at: Option<String>,
 }
 
@@ -73,23 +98,33 @@ impl DestinationView {
     }
 }
 
-#[derive(Serialize)]
+/// An event as it was published.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {
     pub id: EventId,
     #[serde(rename = "type")]
     pub event_type: String,
+    /// Any JSON value, as it was published.
+    #[schema(value_type = Value, required = true)]
     pub payload: Value,
+    #[schema(format = DateTime)]
     pub created_at: String,
 }
 
 impl From<&Event> for EventView {
     fn from(e: &Event) -> Self {
-        Self { id: e.id, event_type: e.event_type.clone(), payload: e.payload.clone(), created_at: rfc3339(e.created_at) }
+        Self {
+            id: e.id,
+            event_type: e.event_type.clone(),
+            payload: e.payload.clone(),
+            created_at: rfc3339(e.created_at),
+        }
     }
 }
 
-#[derive(Serialize)]
+/// One event on its way to one destination.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryView {
     pub id: DeliveryId,
@@ -97,19 +132,35 @@ pub struct DeliveryView {
     pub destination_id: DestinationId,
     pub event_type: String,
     pub status: DeliveryStatus,
+    /// Held while its destination is inactive.
     pub paused: bool,
+    /// Attempts made so far.
     pub attempt_count: i64,
+    /// When the next attempt is due; `null` unless it is `pending` or `retrying`.
+    #[schema(required = true, format = DateTime)]
     pub next_attempt_at: Option<String>,
+    #[schema(required = true)]
     pub last_error_class: Option<ErrorClass>,
+    /// The HTTP status of the last answer, `null` when there was none.
+    #[schema(required = true)]
     pub last_status_code: Option<i64>,
+    /// The `webhook-id` header every attempt carries; a resend keeps it.
     pub webhook_id: String,
+    /// The delivery this one is a resend of.
+    #[schema(required = true)]
     pub resent_from: Option<DeliveryId>,
+    /// The resend of this delivery.
+    #[schema(required = true)]
     pub resent_as: Option<DeliveryId>,
+    #[schema(format = DateTime)]
     pub created_at: String,
+    #[schema(format = DateTime)]
     pub updated_at: String,
+    #[schema(required = true, format = DateTime)]
     pub finished_at: Option<String>,
     /// The attempt log, oldest first; only when one delivery is read.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub attempts: Option<Vec<AttemptView>>,
 }
 
@@ -137,31 +188,46 @@ impl From<&Delivery> for DeliveryView {
     }
 }
 
-#[derive(Serialize)]
+/// One HTTP request to the destination and what came back.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AttemptView {
     pub id: AttemptId,
+    /// 1 for the first attempt.
     pub attempt_number: i64,
+    #[schema(format = DateTime)]
     pub started_at: String,
     pub duration_ms: i64,
+    /// `null` when it succeeded.
+    #[schema(required = true)]
     pub error_class: Option<ErrorClass>,
+    #[schema(required = true)]
     pub error_message: Option<String>,
     pub request: RequestView,
+    /// `null` when no answer came (timeout, connection error, blocked address).
+    #[schema(required = true)]
     pub response: Option<ResponseView>,
 }
 
-#[derive(Serialize)]
+/// The request as it was sent.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestView {
     pub url: String,
+    /// Header names to values.
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub headers: Value,
     pub body: String,
 }
 
-#[derive(Serialize)]
+/// The destination's answer.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResponseView {
+    /// Its HTTP status.
     pub status: i64,
+    /// Header names to values.
+    #[schema(value_type = std::collections::HashMap<String, String>)]
     pub headers: Value,
     /// The first 64 KiB.
     pub body: String,
@@ -176,7 +242,11 @@ impl From<&Attempt> for AttemptView {
             duration_ms: a.duration_ms,
             error_class: a.error_class,
             error_message: a.error_message.clone(),
-            request: RequestView { url: a.request_url.clone(), headers: a.request_headers.clone(), body: a.request_body.clone() },
+            request: RequestView {
+                url: a.request_url.clone(),
+                headers: a.request_headers.clone(),
+                body: a.request_body.clone(),
+            },
             response: a.response_status.map(|status| ResponseView {
                 status,
                 headers: a.response_headers.clone().unwrap_or(Value::Null),

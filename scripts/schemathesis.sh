@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Runs schemathesis (PyPI) against a running PartyFlow server and its own OpenAPI
+# document (/v1/openapi.json): no answer may be a 5xx, and every answer must match
+# the document (status, content type, headers, body schema).
+#
+#   PARTYFLOW_BASE_URL=http://127.0.0.1:3000 \
+#   PARTYFLOW_API_KEY=pfk_… PARTYFLOW_PROJECT=spc_… scripts/schemathesis.sh
+#
+# Optional:
+#   PARTYFLOW_BOT_TOKEN        a bot token, so the Bot API is called authenticated
+#   SCHEMATHESIS_MAX_EXAMPLES  test cases per operation and phase (default 25)
+#   SCHEMATHESIS_SEED          a seed, to replay a run
+#   SCHEMATHESIS_REPORT_DIR    write JUnit and NDJSON reports (every request and answer) there
+#   PARTYFLOW_CACHE            where the virtualenv lives (default ~/.cache/partyflow)
+#
+# The run creates, changes and deletes data in the project, so it only talks to a
+# server on loopback. Before it starts, it lists the project's destinations, events,
+# deliveries, channels, incoming webhooks and bots and pins one real ID of each into
+# the operations that read or change them, so their 200 answers are checked too, not
+# only 404s; it makes a spare API key, bot, destination and incoming webhook for the
+# revoke and delete operations, which are pinned to those (schemathesis reuses IDs
+# it has seen in answers, and would otherwise revoke its own API key); and it makes
+# an incoming webhook whose real URL the sender operation is pinned to.
+set -euo pipefail
+
+base=${PARTYFLOW_BASE_URL:?set PARTYFLOW_BASE_URL, e.g. http://127.0.0.1:3000}
+: "${PARTYFLOW_API_KEY:?set PARTYFLOW_API_KEY}"
+: "${PARTYFLOW_PROJECT:?set PARTYFLOW_PROJECT (spc_…)}"
+base=${base%/}
+
+if ! [[ $base =~ ^http://(127\.[0-9]+\.[0-9]+\.[0-9]+|localhost|\[::1\])(:[0-9]+)?$ ]]; then
+    echo "schemathesis.sh: refusing $base: only a server on loopback (http://127.x.x.x, localhost, [::1])" >&2
+    exit 2
+fi
+
+cache=${PARTYFLOW_CACHE:-$HOME/.cache/partyflow}
+venv=$cache/venv
+if [[ ! -x $venv/bin/schemathesis ]]; then
+    echo "schemathesis.sh: installing schemathesis into $venv" >&2
+    mkdir -p "$cache"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check 'schemathesis>=4,<5'
+fi
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export PARTYFLOW_BASE_URL=$base
+
+# The configuration: the project and the credentials (read from the environment by
+# schemathesis itself, so they appear in no command line), and the pinned IDs.
+"$venv/bin/python" - "$work/schemathesis.toml" <<'PY'
+import json
+import os
+import sys
+import urllib.request
+
+base = os.environ["PARTYFLOW_BASE_URL"]
+project = os.environ["PARTYFLOW_PROJECT"]
+
+
+def call(method, path, body=None):
+    request = urllib.request.Request(
+        f"{base}/v1/projects/{project}/{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={
+            "Authorization": f"Bearer {os.environ['PARTYFLOW_API_KEY']}",
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def first_id(resource, query=""):
+    data = call("GET", f"{resource}?limit=1{query}")["data"]
+    return data[0]["id"] if data else None
+
+
+succeeded = first_id("deliveries", "&status=succeeded") or first_id("deliveries")
+failed = first_id("deliveries", "&status=failed") or succeeded
+waiting = first_id("deliveries", "&status=retrying") or first_id("deliveries", "&status=pending") or failed
+destination = first_id("destinations")
+channel = first_id("channels")
+webhook = first_id("incoming-webhooks")
+# Operations that only read, or change what can be changed back, pinned to real IDs.
+pins = [
+    ("getDestination", "id", destination),
+    ("updateDestination", "id", destination),
+    ("enableDestination", "id", destination),
+    ("disableDestination", "id", destination),
+    ("rotateDestinationSecret", "id", destination),
+    ("getEvent", "id", first_id("events")),
+    ("getDelivery", "id", succeeded),
+    ("listDeliveryAttempts", "id", failed),
+    ("resendDelivery", "id", failed),
+    ("cancelDelivery", "id", waiting),
+    ("getChannel", "id", channel),
+    ("listChannelMessages", "id", channel),
+    ("postChannelMessage", "id", channel),
+    ("postBotMessage", "channel_id", channel),
+    ("getIncomingWebhook", "id", webhook),
+    ("enableIncomingWebhook", "id", webhook),
+    ("disableIncomingWebhook", "id", webhook),
+    ("getBot", "id", first_id("bots")),
+    ("markNotificationRead", "id", first_id("notifications")),
+]
+
+lines = [
+    "[parameters]",
+    '"path.project" = "${PARTYFLOW_PROJECT}"',
+    "",
+    "[auth.openapi.ApiKeyAuth]",
+    'bearer = "${PARTYFLOW_API_KEY}"',
+    "",
+]
+if os.environ.get("PARTYFLOW_BOT_TOKEN"):
+    lines += ["[auth.openapi.BotTokenAuth]", 'api_key = "Bot ${PARTYFLOW_BOT_TOKEN}"', ""]
+
+tag = os.urandom(4).hex()
+channel = channel or call("POST", "channels", {"name": f"schemathesis {tag}"})["id"]
+spares = {
+    "revokeApiKey": call("POST", "api-keys", {"name": f"schemathesis spare {tag}"})["id"],
+    "revokeBot": call("POST", "bots", {"name": f"schemathesis spare {tag}"})["id"],
+    "deleteDestination": call(
+        "POST", "destinations", {"url": "http://127.0.0.1:9/spare", "eventTypes": [f"schemathesis.spare.{tag}"]}
+    )["id"],
+    "deleteIncomingWebhook": call(
+        "POST", "incoming-webhooks", {"channelId": channel, "name": f"schemathesis spare {tag}"}
+    )["id"],
+}
+pins += [(operation, "id", spare) for operation, spare in spares.items()]
+# Senders post to an unsigned webhook of the run's own, with its real token.
+hook = call("POST", "incoming-webhooks", {"channelId": channel, "name": f"schemathesis sender {tag}"})
+pins += [("postIncomingWebhookMessage", "webhook_id", hook["id"]), ("postIncomingWebhookMessage", "token", hook["token"])]
+by_operation = {}
+for operation, name, value in pins:
+    if value is not None:
+        by_operation.setdefault(operation, []).append(f'"path.{name}" = {json.dumps(value)}')
+for operation, values in by_operation.items():
+    lines += [
+        "[[operations]]",
+        f'include-operation-id = "{operation}"',
+        f"parameters = {{ {', '.join(values)} }}",
+        "",
+    ]
+
+with open(sys.argv[1], "w") as out:
+    out.write("\n".join(lines))
+PY
+
+extra=()
+if [[ -n ${SCHEMATHESIS_SEED:-} ]]; then
+    extra+=(--seed "$SCHEMATHESIS_SEED")
+fi
+if [[ -n ${SCHEMATHESIS_REPORT_DIR:-} ]]; then
+    mkdir -p "$SCHEMATHESIS_REPORT_DIR"
+    extra+=(--report junit,ndjson --report-dir "$(cd "$SCHEMATHESIS_REPORT_DIR" && pwd)")
+fi
+
+cd "$work"
+"$venv/bin/schemathesis" --config-file "$work/schemathesis.toml" run "$base/v1/openapi.json" \
+    --checks not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance \
+    --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-25}" \
+    --generation-database none \
+    --request-timeout 20 \
+    --wait-for-schema 30 \
+    --no-color \
+    "${extra[@]}"
