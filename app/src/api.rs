@@ -60,7 +60,9 @@ pub async fn get_delivery(id: String) -> Result<DeliveryDetail, ConsoleError> {
 pub async fn preview_bulk(selection: String) -> Result<BulkPreview, ConsoleError> {
     let user = crate::guard::signed_in().await?;
     let selection = parse_selection(&selection)?;
-    crate::port::backend()?.bulk_preview(&user, &selection).await
+    crate::port::backend()?
+        .bulk_preview(&user, &selection)
+        .await
 }
 
 #[server(endpoint = "destinations")]
@@ -78,13 +80,20 @@ pub async fn get_destination(id: String) -> Result<DestinationDetail, ConsoleErr
 #[server(endpoint = "incoming_webhooks")]
 pub async fn list_incoming_webhooks(space: String) -> Result<IncomingPage, ConsoleError> {
     let user = crate::guard::signed_in().await?;
-    crate::port::backend()?.incoming_webhooks(&user, &space).await
+    crate::port::backend()?
+        .incoming_webhooks(&user, &space)
+        .await
 }
 
 #[server(endpoint = "notifications")]
-pub async fn list_notifications(unread_only: bool, before: String) -> Result<NotificationPage, ConsoleError> {
+pub async fn list_notifications(
+    unread_only: bool,
+    before: String,
+) -> Result<NotificationPage, ConsoleError> {
     let user = crate::guard::signed_in().await?;
-    crate::port::backend()?.notifications(&user, unread_only, &before).await
+    crate::port::backend()?
+        .notifications(&user, unread_only, &before)
+        .await
 }
 
 #[server(endpoint = "space")]
@@ -111,16 +120,22 @@ pub async fn bulk(selection: String, state: String) -> Result<Notice, ConsoleErr
     let (cursor, totals, expected) = if state.trim().is_empty() {
         (None, BulkTotals::default(), 0)
     } else {
-        let p: BulkProgress =
-            serde_json::from_str(&state).map_err(|_| ConsoleError::Invalid("The bulk action's state is unreadable.".into()))?;
+        let p: BulkProgress = serde_json::from_str(&state)
+            .map_err(|_| ConsoleError::Invalid("The bulk action's state is unreadable.".into()))?;
         (p.cursor, p.totals, p.expected)
     };
-    let progress = crate::port::backend()?.bulk_run(&user, &selection, cursor, totals, expected).await?;
+    let progress = crate::port::backend()?
+        .bulk_run(&user, &selection, cursor, totals, expected)
+        .await?;
     let mut message = progress.totals.summary(&selection.op);
     if progress.cursor.is_some() {
         message = format!("Working… {message}");
     }
-    let notice = Notice { message, bulk: Some(progress), ..Default::default() };
+    let notice = Notice {
+        message,
+        bulk: Some(progress),
+        ..Default::default()
+    };
     crate::guard::answer(notice, None).await
 }
 
@@ -137,33 +152,48 @@ pub async fn cancel_delivery(id: String) -> Result<Notice, ConsoleError> {
 #[cfg(feature = "ssr")]
 async fn one_delivery(op: &str, id: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let selection = BulkSelection { op: op.into(), ids: vec![id], all: false, filter: DeliveryQuery::default() };
+    let selection = BulkSelection {
+        op: op.into(),
+        ids: vec![id],
+        all: false,
+        filter: DeliveryQuery::default(),
+    };
     let progress = crate::port::backend()?
         .bulk_run(&user, &selection, None, BulkTotals::default(), 1)
         .await?;
     let t = progress.totals;
-    let notice = match (op, t.resent, t.cancelled) {
-        ("resend", 1, _) => Notice::new("Sent again as a new delivery."),
-        ("cancel", _, 1) => Notice::new("Cancelled; it will not be sent."),
-        ("resend", ..) if t.unfinished > 0 => {
-            return Err(ConsoleError::Invalid("Only a finished delivery can be sent again; this one is still waiting or sending.".into()))
-        }
-        ("resend", ..) if t.inactive > 0 => {
-            return Err(ConsoleError::Invalid("Its destination is inactive; re-enable the destination first.".into()))
-        }
-        ("cancel", ..) if t.sending > 0 => {
-            return Err(ConsoleError::Invalid("An attempt is in flight; it can no longer be cancelled.".into()))
-        }
-        ("cancel", ..) if t.finished > 0 => return Err(ConsoleError::Invalid("It has already finished.".into())),
-        _ => return Err(ConsoleError::NotFound("no such delivery".into())),
-    };
+    let notice =
+        match (op, t.resent, t.cancelled) {
+            ("resend", 1, _) => Notice::new("Sent again as a new delivery."),
+            ("cancel", _, 1) => Notice::new("Cancelled; it will not be sent."),
+            ("resend", ..) if t.unfinished > 0 => return Err(ConsoleError::Invalid(
+                "Only a finished delivery can be sent again; this one is still waiting or sending."
+                    .into(),
+            )),
+            ("resend", ..) if t.inactive > 0 => {
+                return Err(ConsoleError::Invalid(
+                    "Its destination is inactive; re-enable the destination first.".into(),
+                ))
+            }
+            ("cancel", ..) if t.sending > 0 => {
+                return Err(ConsoleError::Invalid(
+                    "An attempt is in flight; it can no longer be cancelled.".into(),
+                ))
+            }
+            ("cancel", ..) if t.finished > 0 => {
+                return Err(ConsoleError::Invalid("It has already finished.".into()))
+            }
+            _ => return Err(ConsoleError::NotFound("no such delivery".into())),
+        };
     crate::guard::answer(notice, None).await
 }
 
 #[server(endpoint = "resend_failed")]
 pub async fn resend_failed(destination: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.resend_failed(&user, &destination).await?;
+    let notice = crate::port::backend()?
+        .resend_failed(&user, &destination)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
@@ -172,7 +202,9 @@ pub async fn resend_failed(destination: String) -> Result<Notice, ConsoleError> 
 pub async fn mark_read(id: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let id = id.trim();
-    let notice = crate::port::backend()?.mark_read(&user, (!id.is_empty()).then_some(id)).await?;
+    let notice = crate::port::backend()?
+        .mark_read(&user, (!id.is_empty()).then_some(id))
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
@@ -212,7 +244,9 @@ pub async fn create_destination(
         rate_count,
         rate_period,
     };
-    let notice = crate::port::backend()?.create_destination(&user, &form).await?;
+    let notice = crate::port::backend()?
+        .create_destination(&user, &form)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
@@ -234,7 +268,10 @@ pub async fn set_incoming_status(id: String, status: String) -> Result<Notice, C
 }
 
 #[server(endpoint = "create_incoming_webhook")]
-pub async fn create_incoming_webhook(channel: String, name: String) -> Result<Notice, ConsoleError> {
+pub async fn create_incoming_webhook(
+    channel: String,
+    name: String,
+) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let origin = crate::guard::request_origin().await?;
     let notice = crate::port::backend()?
@@ -246,49 +283,67 @@ pub async fn create_incoming_webhook(channel: String, name: String) -> Result<No
 #[server(endpoint = "create_space")]
 pub async fn create_space(name: String, plan: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.create_space(&user, &name, &plan).await?;
+    let notice = crate::port::backend()?
+        .create_space(&user, &name, &plan)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
 #[server(endpoint = "create_channel")]
 pub async fn create_channel(space: String, name: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.create_channel(&user, &space, &name).await?;
+    let notice = crate::port::backend()?
+        .create_channel(&user, &space, &name)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
 #[server(endpoint = "create_bot")]
 pub async fn create_bot(space: String, name: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.create_bot(&user, &space, &name).await?;
+    let notice = crate::port::backend()?
+        .create_bot(&user, &space, &name)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
 #[server(endpoint = "revoke_bot")]
 pub async fn revoke_bot(space: String, id: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.revoke_bot(&user, &space, &id).await?;
+    let notice = crate::port::backend()?
+        .revoke_bot(&user, &space, &id)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
 #[server(endpoint = "create_api_key")]
 pub async fn create_api_key(space: String, name: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.create_api_key(&user, &space, &name).await?;
+    let notice = crate::port::backend()?
+        .create_api_key(&user, &space, &name)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
 #[server(endpoint = "revoke_api_key")]
 pub async fn revoke_api_key(space: String, id: String) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.revoke_api_key(&user, &space, &id).await?;
+    let notice = crate::port::backend()?
+        .revoke_api_key(&user, &space, &id)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
 #[server(endpoint = "create_user")]
-pub async fn create_user(email: String, password: String, role: String) -> Result<Notice, ConsoleError> {
+pub async fn create_user(
+    email: String,
+    password: String,
+    role: String,
+) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let notice = crate::port::backend()?.create_user(&user, &email, &password, &role).await?;
+    let notice = crate::port::backend()?
+        .create_user(&user, &email, &password, &role)
+        .await?;
     crate::guard::answer(notice, None).await
 }
 
@@ -296,5 +351,7 @@ pub async fn create_user(email: String, password: String, role: String) -> Resul
 
 #[cfg(feature = "ssr")]
 fn parse_selection(json: &str) -> Result<BulkSelection, ConsoleError> {
-    serde_json::from_str(json).map_err(|_| ConsoleError::Invalid("The selection is unreadable; go back and choose again.".into()))
+    serde_json::from_str(json).map_err(|_| {
+        ConsoleError::Invalid("The selection is unreadable; go back and choose again.".into())
+    })
 }

@@ -8,7 +8,11 @@ use crate::types::SessionUser;
 
 /// Signs in and sends the browser to `next` (a local path) or the home page.
 #[server(endpoint = "login")]
-pub async fn login(email: String, password: String, next: Option<String>) -> Result<(), ConsoleError> {
+pub async fn login(
+    email: String,
+    password: String,
+    next: Option<String>,
+) -> Result<(), ConsoleError> {
     use crate::port::{backend, SESSION_USER_KEY};
 
     let headers = leptos_axum::extract::<axum::http::HeaderMap>()
@@ -24,14 +28,21 @@ pub async fn login(email: String, password: String, next: Option<String>) -> Res
         Ok(user) => user,
         // Back to the form with the reason in the URL: the same path with and without JavaScript.
         Err(e @ (ConsoleError::BadCredentials | ConsoleError::Throttled)) => {
-            let code = if e == ConsoleError::Throttled { "throttled" } else { "credentials" };
+            let code = if e == ConsoleError::Throttled {
+                "throttled"
+            } else {
+                "credentials"
+            };
             let next: String = form_urlencoded::byte_serialize(next.as_bytes()).collect();
             leptos_axum::redirect(&format!("/login?error={code}&next={next}"));
             return Ok(());
         }
         Err(e) => return Err(e),
     };
-    session.cycle_id().await.map_err(|_| ConsoleError::Internal)?;
+    session
+        .cycle_id()
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
     session
         .insert(SESSION_USER_KEY, &user.id)
         .await
@@ -89,8 +100,13 @@ pub async fn setup(email: String, password: String) -> Result<(), ConsoleError> 
     let session = leptos_axum::extract::<tower_sessions::Session>()
         .await
         .map_err(|_| ConsoleError::Internal)?;
-    let user = backend()?.create_first_admin(email.trim(), &password).await?;
-    session.cycle_id().await.map_err(|_| ConsoleError::Internal)?;
+    let user = backend()?
+        .create_first_admin(email.trim(), &password)
+        .await?;
+    session
+        .cycle_id()
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
     session
         .insert(SESSION_USER_KEY, &user.id)
         .await
@@ -114,7 +130,10 @@ mod tests {
 
     #[test]
     fn sign_in_only_redirects_to_local_paths() {
-        assert_eq!(safe_next(Some("/deliveries?status=failed")), "/deliveries?status=failed");
+        assert_eq!(
+            safe_next(Some("/deliveries?status=failed")),
+            "/deliveries?status=failed"
+        );
         assert_eq!(safe_next(Some("//evil.example")), "/");
         assert_eq!(safe_next(Some("https://evil.example")), "/");
         assert_eq!(safe_next(Some("/\\evil.example")), "/");

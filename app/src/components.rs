@@ -77,12 +77,23 @@ pub fn Layout() -> impl IntoView {
     let refresh = RwSignal::new(0_u64);
     let notice = RwSignal::new(None);
     let me = Resource::new(|| (), |_| current_user());
-    provide_context(Console { refresh, notice, me });
+    provide_context(Console {
+        refresh,
+        notice,
+        me,
+    });
 
     let location = use_location();
     // A notice belongs to the page it was given on.
-    Effect::watch(move || location.pathname.get(), move |_, _, _| notice.set(None), false);
-    let unread = Resource::new(move || (refresh.get(), location.pathname.get()), |_| unread_count());
+    Effect::watch(
+        move || location.pathname.get(),
+        move |_, _, _| notice.set(None),
+        false,
+    );
+    let unread = Resource::new(
+        move || (refresh.get(), location.pathname.get()),
+        |_| unread_count(),
+    );
     view! {
         <a class="skip" href="#main">"Skip to content"</a>
         <TopBar unread=unread/>
@@ -131,9 +142,11 @@ fn MainNav(unread: Resource<Result<i64, ConsoleError>>) -> impl IntoView {
     let admin_links = move || {
         Suspend::new(async move {
             let me = me.await;
-            is_admin(&Some(me)).then(|| view! {
-                <A href="/spaces">"Spaces & keys"</A>
-                <A href="/users">"Users"</A>
+            is_admin(&Some(me)).then(|| {
+                view! {
+                    <A href="/spaces">"Spaces & keys"</A>
+                    <A href="/users">"Users"</A>
+                }
             })
         })
     };
@@ -206,7 +219,9 @@ pub fn notice_box(n: Notice) -> impl IntoView {
             <p class="muted">"Shown once: copy it now. Only a hash is kept."</p>
         }
     });
-    let link = n.link.map(|(label, href)| view! { <a href=href>{label}</a> });
+    let link = n
+        .link
+        .map(|(label, href)| view! { <a href=href>{label}</a> });
     view! {
         <div class="notice ok" role="status" data-testid="notice">
             <p>{n.message}" "{link}</p>
@@ -237,7 +252,12 @@ pub fn fmt_time(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// `14:35` (UTC).
@@ -288,7 +308,14 @@ pub fn parse_utc(s: &str) -> Option<i64> {
     let mut tp = time.split(':').map(|p| p.parse::<i64>().ok());
     let (h, mi) = (tp.next()??, tp.next()??);
     let sec = tp.next().flatten().unwrap_or(0);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 || sec > 59 || h < 0 || mi < 0 {
+    if !(1..=12).contains(&m)
+        || !(1..=31).contains(&d)
+        || h > 23
+        || mi > 59
+        || sec > 59
+        || h < 0
+        || mi < 0
+    {
         return None;
     }
     Some(((days_from_civil(y, m, d) * 86_400) + h * 3600 + mi * 60 + sec) * 1000)
@@ -315,11 +342,28 @@ pub fn error_class_info(class: &str) -> (&'static str, &'static str, &'static st
 
 /// Every error class a filter may choose, in the order of SPEC §2.2.
 pub const ERROR_CLASSES: &[&str] = &[
-    "http", "redirect", "timeout", "dns", "tls", "connect", "blocked", "request", "lost", "transformation",
-    "cancelled", "rate_limited",
+    "http",
+    "redirect",
+    "timeout",
+    "dns",
+    "tls",
+    "connect",
+    "blocked",
+    "request",
+    "lost",
+    "transformation",
+    "cancelled",
+    "rate_limited",
 ];
 
-pub const DELIVERY_STATUSES: &[&str] = &["pending", "sending", "retrying", "succeeded", "failed", "cancelled"];
+pub const DELIVERY_STATUSES: &[&str] = &[
+    "pending",
+    "sending",
+    "retrying",
+    "succeeded",
+    "failed",
+    "cancelled",
+];
 
 /// An error class as a labelled badge; its meaning shows on hover (and to screen readers).
 #[component]
@@ -349,7 +393,11 @@ pub fn StatusBadge(status: String, #[prop(optional)] paused: bool) -> impl IntoV
         "disabled" => "Switched off: senders get 410 Gone.",
         _ => "",
     };
-    let text = if paused { format!("{status} · paused") } else { status.clone() };
+    let text = if paused {
+        format!("{status} · paused")
+    } else {
+        status.clone()
+    };
     view! { <span class=format!("badge status-{status}") title=title data-status=status.clone()>{text}</span> }
 }
 

@@ -18,11 +18,15 @@ const FLASH_KEY: &str = "flash";
 const FLASH_TTL_MS: i64 = 10 * 60 * 1000;
 
 async fn session() -> Result<Session, ConsoleError> {
-    leptos_axum::extract::<Session>().await.map_err(|_| ConsoleError::Internal)
+    leptos_axum::extract::<Session>()
+        .await
+        .map_err(|_| ConsoleError::Internal)
 }
 
 async fn headers() -> Result<HeaderMap, ConsoleError> {
-    leptos_axum::extract::<HeaderMap>().await.map_err(|_| ConsoleError::Internal)
+    leptos_axum::extract::<HeaderMap>()
+        .await
+        .map_err(|_| ConsoleError::Internal)
 }
 
 /// The signed-in user, fresh from the database (a disabled user is signed out).
@@ -50,7 +54,10 @@ pub async fn for_change() -> Result<SessionUser, ConsoleError> {
 /// the session cookie is `SameSite=Strict`, so a browser on another site sends no
 /// session with them anyway.
 pub fn check_same_origin(headers: &HeaderMap) -> Result<(), ConsoleError> {
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default();
     let claimed = headers
         .get(header::ORIGIN)
         .or_else(|| headers.get(header::REFERER))
@@ -67,7 +74,9 @@ pub fn check_same_origin(headers: &HeaderMap) -> Result<(), ConsoleError> {
 
 /// `host:port` of an absolute http(s) URL.
 fn authority(url: &str) -> Option<&str> {
-    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"))?;
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))?;
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
     (!authority.is_empty() && !authority.contains('@')).then_some(authority)
@@ -76,7 +85,10 @@ fn authority(url: &str) -> Option<&str> {
 /// `http://host` as the browser reached us (for URLs we hand out, like an incoming webhook's).
 pub async fn request_origin() -> Result<String, ConsoleError> {
     let headers = headers().await?;
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
     let https = headers
         .get("x-forwarded-proto")
         .and_then(|h| h.to_str().ok())
@@ -120,7 +132,14 @@ pub async fn answer(notice: Notice, back: Option<&str>) -> Result<Notice, Consol
     let id = format!("{at:x}");
     session()
         .await?
-        .insert(FLASH_KEY, Flash { id: id.clone(), at, notice: notice.clone() })
+        .insert(
+            FLASH_KEY,
+            Flash {
+                id: id.clone(),
+                at,
+                notice: notice.clone(),
+            },
+        )
         .await
         .map_err(|_| ConsoleError::Internal)?;
     let referer = headers()
@@ -136,7 +155,10 @@ pub async fn answer(notice: Notice, back: Option<&str>) -> Result<Notice, Consol
 
 /// The path and query of a URL (the part after the authority), or `/`.
 fn local_part(url: &str) -> String {
-    let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).unwrap_or(url);
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .unwrap_or(url);
     match rest.find('/') {
         Some(i) if url != rest => rest[i..].to_owned(),
         _ if rest.starts_with('/') => rest.to_owned(),
@@ -160,8 +182,14 @@ fn with_flash(target: &str, id: &str) -> String {
 
 /// The kept result named `id`, if it is this session's latest and recent.
 pub async fn flash(id: &str) -> Result<Option<Notice>, ConsoleError> {
-    let kept: Option<Flash> = session().await?.get(FLASH_KEY).await.map_err(|_| ConsoleError::Internal)?;
-    Ok(kept.filter(|f| f.id == id && now_ms() - f.at < FLASH_TTL_MS).map(|f| f.notice))
+    let kept: Option<Flash> = session()
+        .await?
+        .get(FLASH_KEY)
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    Ok(kept
+        .filter(|f| f.id == id && now_ms() - f.at < FLASH_TTL_MS)
+        .map(|f| f.notice))
 }
 
 #[cfg(test)]
@@ -184,9 +212,17 @@ mod tests {
         assert_eq!(check_same_origin(&evil), Err(ConsoleError::CrossSite));
         let null = with("127.0.0.1:3000", header::ORIGIN, "null");
         assert_eq!(check_same_origin(&null), Err(ConsoleError::CrossSite));
-        let referer = with("127.0.0.1:3000", header::REFERER, "http://127.0.0.1:3000/deliveries?x=1");
+        let referer = with(
+            "127.0.0.1:3000",
+            header::REFERER,
+            "http://127.0.0.1:3000/deliveries?x=1",
+        );
         assert!(check_same_origin(&referer).is_ok());
-        let evil_referer = with("127.0.0.1:3000", header::REFERER, "http://127.0.0.1:3000.evil.example/");
+        let evil_referer = with(
+            "127.0.0.1:3000",
+            header::REFERER,
+            "http://127.0.0.1:3000.evil.example/",
+        );
         assert!(check_same_origin(&evil_referer).is_err());
         let mut none = HeaderMap::new();
         none.insert(header::HOST, HeaderValue::from_static("127.0.0.1:3000"));
@@ -197,7 +233,10 @@ mod tests {
     fn a_plain_form_post_goes_back_with_its_flash_and_without_old_errors() {
         assert_eq!(local_part("http://h:1/deliveries?a=1"), "/deliveries?a=1");
         assert_eq!(local_part("http://h:1"), "/");
-        assert_eq!(with_flash("/x?a=1&flash=old&__err=e&__path=p", "n"), "/x?a=1&flash=n");
+        assert_eq!(
+            with_flash("/x?a=1&flash=old&__err=e&__path=p", "n"),
+            "/x?a=1&flash=n"
+        );
         assert_eq!(with_flash("/x#frag", "n"), "/x?flash=n");
     }
 }

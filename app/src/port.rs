@@ -41,7 +41,12 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     async fn destinations(&self, actor: &SessionUser, space: &str) -> R<Vec<DestinationView>>;
     async fn destination(&self, actor: &SessionUser, id: &str) -> R<DestinationDetail>;
     async fn incoming_webhooks(&self, actor: &SessionUser, space: &str) -> R<IncomingPage>;
-    async fn notifications(&self, actor: &SessionUser, unread_only: bool, before: &str) -> R<NotificationPage>;
+    async fn notifications(
+        &self,
+        actor: &SessionUser,
+        unread_only: bool,
+        before: &str,
+    ) -> R<NotificationPage>;
 
     // Send again and cancel (admin and support).
     async fn bulk_preview(&self, actor: &SessionUser, selection: &BulkSelection) -> R<BulkPreview>;
@@ -59,7 +64,12 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     async fn mark_read(&self, actor: &SessionUser, id: Option<&str>) -> R<Notice>;
 
     // Changes (admin only).
-    async fn set_destination_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
+    async fn set_destination_active(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+        active: bool,
+    ) -> R<Notice>;
     async fn create_destination(&self, actor: &SessionUser, form: &NewDestination) -> R<Notice>;
     async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> R<Notice>;
     async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
@@ -79,7 +89,13 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     async fn create_api_key(&self, actor: &SessionUser, space: &str, name: &str) -> R<Notice>;
     async fn revoke_api_key(&self, actor: &SessionUser, space: &str, id: &str) -> R<Notice>;
     async fn users(&self, actor: &SessionUser) -> R<Vec<UserView>>;
-    async fn create_user(&self, actor: &SessionUser, email: &str, password: &str, role: &str) -> R<Notice>;
+    async fn create_user(
+        &self,
+        actor: &SessionUser,
+        email: &str,
+        password: &str,
+        role: &str,
+    ) -> R<Notice>;
 }
 
 pub type SharedBackend = Arc<dyn ConsoleBackend>;

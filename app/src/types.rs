@@ -37,7 +37,10 @@ pub struct Notice {
 
 impl Notice {
     pub fn new(message: impl Into<String>) -> Self {
-        Notice { message: message.into(), ..Default::default() }
+        Notice {
+            message: message.into(),
+            ..Default::default()
+        }
     }
 
     pub fn with_secret(mut self, label: impl Into<String>, value: impl Into<String>) -> Self {
@@ -255,13 +258,19 @@ impl BulkTotals {
             ));
         }
         if self.sending > 0 {
-            why.push(format!("{} already sending (an attempt is in flight)", self.sending));
+            why.push(format!(
+                "{} already sending (an attempt is in flight)",
+                self.sending
+            ));
         }
         if self.finished > 0 {
             why.push(format!("{} already finished", self.finished));
         }
         if self.inactive > 0 {
-            why.push(format!("{} whose destination is inactive (re-enable it first)", self.inactive));
+            why.push(format!(
+                "{} whose destination is inactive (re-enable it first)",
+                self.inactive
+            ));
         }
         if self.not_found > 0 {
             why.push(format!("{} not found", self.not_found));

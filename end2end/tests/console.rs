@@ -27,7 +27,11 @@ fn artifacts() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// chromedriver on a free loopback port; killed on drop.
@@ -44,10 +48,15 @@ impl Driver {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("chromedriver (Debian's chromium-driver) must be installed: ./dev test installs it");
+            .expect(
+                "chromedriver (Debian's chromium-driver) must be installed: ./dev test installs it",
+            );
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "chromedriver did not start");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chromedriver did not start"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Driver { child, port }
@@ -73,7 +82,9 @@ async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
             ]
         }
     });
-    let serde_json::Value::Object(caps) = caps else { unreachable!() };
+    let serde_json::Value::Object(caps) = caps else {
+        unreachable!()
+    };
     // chromedriver speaks plain HTTP on loopback: no TLS stack needed.
     ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
@@ -99,7 +110,9 @@ async fn start_server() -> Server {
     let url = format!("sqlite://{}/e2e.db", dir.path().display());
     let storage = server::storage::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
-    server::admin::create_user(storage.as_ref(), "admin@example.com", PASSWORD, Role::Admin).await.unwrap();
+    server::admin::create_user(storage.as_ref(), "admin@example.com", PASSWORD, Role::Admin)
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = server::config::Config {
@@ -109,8 +122,18 @@ async fn start_server() -> Server {
         ..Default::default()
     };
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(server::startup::run(config, storage, listener, shutdown.clone()));
-    Server { addr, shutdown, task, _dir: dir }
+    let task = tokio::spawn(server::startup::run(
+        config,
+        storage,
+        listener,
+        shutdown.clone(),
+    ));
+    Server {
+        addr,
+        shutdown,
+        task,
+        _dir: dir,
+    }
 }
 
 async fn wait_for_hydration(c: &Client) {
@@ -142,9 +165,24 @@ async fn an_admin_signs_in_through_the_hydrated_login_page() {
     screenshot(&c, "login").await;
 
     // A wrong password is refused with a readable message.
-    c.find(Locator::Css("input[name=email]")).await.unwrap().send_keys("admin@example.com").await.unwrap();
-    c.find(Locator::Css("input[name=password]")).await.unwrap().send_keys("not the password").await.unwrap();
-    c.find(Locator::Css("button[type=submit]")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css("input[name=email]"))
+        .await
+        .unwrap()
+        .send_keys("admin@example.com")
+        .await
+        .unwrap();
+    c.find(Locator::Css("input[name=password]"))
+        .await
+        .unwrap()
+        .send_keys("not the password")
+        .await
+        .unwrap();
+    c.find(Locator::Css("button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let alert = c
         .wait()
         .at_most(Duration::from_secs(10))
@@ -155,14 +193,21 @@ async fn an_admin_signs_in_through_the_hydrated_login_page() {
     screenshot(&c, "login-refused").await;
 
     // Mark this page: a full reload would lose the mark, client-side navigation keeps it.
-    c.execute("window.__noReload = true; return null;", vec![]).await.unwrap();
+    c.execute("window.__noReload = true; return null;", vec![])
+        .await
+        .unwrap();
     let email = c.find(Locator::Css("input[name=email]")).await.unwrap();
     email.clear().await.unwrap();
     email.send_keys("admin@example.com").await.unwrap();
     let password = c.find(Locator::Css("input[name=password]")).await.unwrap();
     password.clear().await.unwrap();
     password.send_keys(PASSWORD).await.unwrap();
-    c.find(Locator::Css("button[type=submit]")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css("button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
 
     let who = c
         .wait()
@@ -172,8 +217,15 @@ async fn an_admin_signs_in_through_the_hydrated_login_page() {
         .expect("the signed-in home page shows who is signed in");
     assert_eq!(who.text().await.unwrap(), "admin@example.com · admin");
     assert_eq!(c.current_url().await.unwrap().path(), "/");
-    let kept = c.execute("return window.__noReload === true;", vec![]).await.unwrap();
-    assert_eq!(kept, json!(true), "signing in did not reload the page: the hydrated app handled it");
+    let kept = c
+        .execute("return window.__noReload === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        kept,
+        json!(true),
+        "signing in did not reload the page: the hydrated app handled it"
+    );
     screenshot(&c, "home").await;
 
     // The session is real: a fresh load of a console page stays signed in.

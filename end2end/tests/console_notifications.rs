@@ -11,24 +11,44 @@ use serde_json::json;
 use server::domain::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused_deliveries_resume() {
+async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused_deliveries_resume()
+{
     let started = std::time::Instant::now();
     let receiver = Receiver::start().await;
     let server = start_server().await; // three dead-letters in a row disable a destination
     receiver.answer("shaky", 500);
     // Slow failures: all five events are in before the third dead-letter disables it.
     receiver.delay("shaky", 400);
-    let shaky = server.destination(&receiver.url("shaky"), "ping", 1, json!({"preset": "partyflow"})).await;
+    let shaky = server
+        .destination(
+            &receiver.url("shaky"),
+            "ping",
+            1,
+            json!({"preset": "partyflow"}),
+        )
+        .await;
     for i in 0..5 {
         server.publish("ping", json!({"n": i})).await;
     }
-    eventually("the destination is disabled after three dead-letters", 30, || async {
-        server.storage.get_destination(server.space, shaky).await.unwrap().status == DestinationStatus::Inactive
-    })
+    eventually(
+        "the destination is disabled after three dead-letters",
+        30,
+        || async {
+            server
+                .storage
+                .get_destination(server.space, shaky)
+                .await
+                .unwrap()
+                .status
+                == DestinationStatus::Inactive
+        },
+    )
     .await;
-    eventually("the two deliveries still waiting are paused", 10, || async {
-        server.storage.count_paused(shaky).await.unwrap() == 2
-    })
+    eventually(
+        "the two deliveries still waiting are paused",
+        10,
+        || async { server.storage.count_paused(shaky).await.unwrap() == 2 },
+    )
     .await;
     receiver.delay("shaky", 0);
 
@@ -54,7 +74,12 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
     wait_text(&c, "[data-testid=unread-badge]", "2").await;
 
     // The notification links to the destination.
-    c.find(Locator::Css("nav a[href='/notifications']")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css("nav a[href='/notifications']"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     let item = wait_text(&c, "li[data-kind='destination.disabled']", "was disabled").await;
     assert!(item.contains(&receiver.url("shaky")), "{item}");
     screenshot(&c, "notifications").await;
@@ -70,55 +95,90 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
 
     // Fixed receiver; Re-enable; the paused deliveries go out and succeed.
     receiver.answer("shaky", 200);
-    c.find(Locator::Css("[data-testid=reenable]")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css("[data-testid=reenable]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_text(&c, "[data-testid=notice]", "2 paused deliveries resume").await;
-    eventually("the paused deliveries were sent and succeeded", 30, || async {
-        server
-            .deliveries_of(shaky)
-            .await
-            .iter()
-            .filter(|d| d.status == DeliveryStatus::Succeeded)
-            .count()
-            == 2
-    })
+    eventually(
+        "the paused deliveries were sent and succeeded",
+        30,
+        || async {
+            server
+                .deliveries_of(shaky)
+                .await
+                .iter()
+                .filter(|d| d.status == DeliveryStatus::Succeeded)
+                .count()
+                == 2
+        },
+    )
     .await;
     assert_eq!(
-        server.storage.get_destination(server.space, shaky).await.unwrap().status,
+        server
+            .storage
+            .get_destination(server.space, shaky)
+            .await
+            .unwrap()
+            .status,
         DestinationStatus::Active
     );
     wait_text(&c, ".head-badges", "active").await;
     screenshot(&c, "destination").await;
     open(&c, &server, "/destinations").await;
-    find(&c, &format!("tr[data-destination='{shaky}'][data-status=active]")).await;
+    find(
+        &c,
+        &format!("tr[data-destination='{shaky}'][data-status=active]"),
+    )
+    .await;
     screenshot(&c, "destinations").await;
 
     // Re-enable the incoming webhook.
     open(&c, &server, "/incoming-webhooks").await;
     find(&c, &format!("tr[data-hook='{hook}'][data-status=disabled]")).await;
     screenshot(&c, "incoming-disabled").await;
-    c.find(Locator::Css(&format!("tr[data-hook='{hook}'] [data-testid=reenable-hook]")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    c.find(Locator::Css(&format!(
+        "tr[data-hook='{hook}'] [data-testid=reenable-hook]"
+    )))
+    .await
+    .unwrap()
+    .click()
+    .await
+    .unwrap();
     find(&c, &format!("tr[data-hook='{hook}'][data-status=active]")).await;
     wait_text(&c, "[data-testid=notice]", "Re-enabled").await;
     assert_eq!(
-        server.storage.get_incoming_webhook(hook).await.unwrap().status,
+        server
+            .storage
+            .get_incoming_webhook(hook)
+            .await
+            .unwrap()
+            .status,
         IncomingWebhookStatus::Active
     );
     screenshot(&c, "incoming").await;
 
     // Mark everything read: the badge goes.
     open(&c, &server, "/notifications").await;
-    c.find(Locator::Css(".toolbar button")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css(".toolbar button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_text(&c, "[data-testid=notice]", "Marked 2 notifications read").await;
     eventually("the badge disappears", 10, || async {
-        c.find(Locator::Css("[data-testid=unread-badge]")).await.is_err()
+        c.find(Locator::Css("[data-testid=unread-badge]"))
+            .await
+            .is_err()
     })
     .await;
-    assert_eq!(server.storage.count_unread_notifications().await.unwrap(), 0);
+    assert_eq!(
+        server.storage.count_unread_notifications().await.unwrap(),
+        0
+    );
 
     c.close().await.unwrap();
     server.stop().await;

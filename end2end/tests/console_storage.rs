@@ -8,7 +8,9 @@ use server::storage::{DeliveryFilter, NewEvent, Slot, Storage};
 
 async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let storage = server::storage::connect(&format!("sqlite://{}/s.db", dir.path().display())).await.unwrap();
+    let storage = server::storage::connect(&format!("sqlite://{}/s.db", dir.path().display()))
+        .await
+        .unwrap();
     storage.migrate().await.unwrap();
     (storage, dir)
 }
@@ -19,24 +21,39 @@ async fn postgres() -> Option<Arc<dyn Storage>> {
     let name = format!("c_{}", SpaceId::new().to_string().replace("spc_", ""));
     let psql = std::fs::read_dir("/usr/lib/postgresql")
         .ok()
-        .and_then(|versions| versions.flatten().map(|v| v.path().join("bin/psql")).find(|p| p.exists()))
+        .and_then(|versions| {
+            versions
+                .flatten()
+                .map(|v| v.path().join("bin/psql"))
+                .find(|p| p.exists())
+        })
         .unwrap_or_else(|| "psql".into());
     let made = std::process::Command::new(psql)
-        .args([admin_url.as_str(), "-q", "-c", &format!("CREATE DATABASE {name}")])
+        .args([
+            admin_url.as_str(),
+            "-q",
+            "-c",
+            &format!("CREATE DATABASE {name}"),
+        ])
         .status();
     if !matches!(made, Ok(s) if s.success()) {
         eprintln!("could not create a PostgreSQL database with psql: PostgreSQL half SKIPPED");
         return None;
     }
     let base = admin_url.rsplit_once('/').unwrap().0;
-    let storage = server::storage::connect(&format!("{base}/{name}")).await.unwrap();
+    let storage = server::storage::connect(&format!("{base}/{name}"))
+        .await
+        .unwrap();
     storage.migrate().await.unwrap();
     Some(storage)
 }
 
 async fn exercise(s: Arc<dyn Storage>) {
     let now = server::clock::now_ms();
-    let space = server::admin::create_space(s.as_ref(), "Stats", Plan::Free).await.unwrap().space;
+    let space = server::admin::create_space(s.as_ref(), "Stats", Plan::Free)
+        .await
+        .unwrap()
+        .space;
     let d = Destination {
         id: DestinationId::new(),
         space_id: space.id,
@@ -67,39 +84,95 @@ async fn exercise(s: Arc<dyn Storage>) {
             payload: serde_json::json!({ "i": i }),
             created_at: now,
         };
-        s.publish_event(&NewEvent { event, idempotency_key: None, request_hash: String::new() }, now)
-            .await
-            .unwrap();
+        s.publish_event(
+            &NewEvent {
+                event,
+                idempotency_key: None,
+                request_hash: String::new(),
+            },
+            now,
+        )
+        .await
+        .unwrap();
     }
 
-    let all = DeliveryFilter { space_id: Some(space.id), ..Default::default() };
+    let all = DeliveryFilter {
+        space_id: Some(space.id),
+        ..Default::default()
+    };
     assert_eq!(s.count_deliveries(&all, None, 100).await.unwrap(), 3);
-    assert_eq!(s.count_deliveries(&all, None, 2).await.unwrap(), 2, "the count stops at the cap");
-    let failed = DeliveryFilter { status: Some(DeliveryStatus::Failed), ..all.clone() };
+    assert_eq!(
+        s.count_deliveries(&all, None, 2).await.unwrap(),
+        2,
+        "the count stops at the cap"
+    );
+    let failed = DeliveryFilter {
+        status: Some(DeliveryStatus::Failed),
+        ..all.clone()
+    };
     assert_eq!(s.count_deliveries(&failed, None, 100).await.unwrap(), 0);
     let before = DeliveryId::lower_bound_at(now - 1);
-    assert_eq!(s.count_deliveries(&all, Some(before), 100).await.unwrap(), 0);
+    assert_eq!(
+        s.count_deliveries(&all, Some(before), 100).await.unwrap(),
+        0
+    );
 
-    let hist = s.delivery_histogram(None, now - 60_000, 60_000).await.unwrap();
+    let hist = s
+        .delivery_histogram(None, now - 60_000, 60_000)
+        .await
+        .unwrap();
     let total: i64 = hist.iter().map(|r| r.4).sum();
     assert_eq!(total, 3);
-    assert!(hist.iter().all(|r| r.0 == space.id && r.2 == DeliveryStatus::Pending && r.1 % 60_000 == 0));
-    assert!(s.delivery_histogram(Some(SpaceId::new()), now - 60_000, 60_000).await.unwrap().is_empty());
+    assert!(hist
+        .iter()
+        .all(|r| r.0 == space.id && r.2 == DeliveryStatus::Pending && r.1 % 60_000 == 0));
+    assert!(s
+        .delivery_histogram(Some(SpaceId::new()), now - 60_000, 60_000)
+        .await
+        .unwrap()
+        .is_empty());
 
     let backlog = s.delivery_backlog().await.unwrap();
     assert_eq!(backlog, vec![(space.id, 3, 0, 0)]);
-    s.set_destination_status(space.id, d.id, DestinationStatus::Inactive, Some("test"), now).await.unwrap();
-    assert_eq!(s.delivery_backlog().await.unwrap(), vec![(space.id, 3, 3, 0)]);
+    s.set_destination_status(
+        space.id,
+        d.id,
+        DestinationStatus::Inactive,
+        Some("test"),
+        now,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.delivery_backlog().await.unwrap(),
+        vec![(space.id, 3, 3, 0)]
+    );
     let failing = s.failing_destinations(10).await.unwrap();
     assert_eq!(failing.len(), 1);
     assert_eq!(s.get_destination_by_id(d.id).await.unwrap().url, d.url);
     assert!(s.get_destination_by_id(DestinationId::new()).await.is_err());
     assert_eq!(s.count_failed_unresent(d.id).await.unwrap(), 0);
 
-    assert_eq!(s.count_rate_events("login:x", 60_000, now).await.unwrap(), 0);
-    assert_eq!(s.take_rate_slot("login:x", 2, 60_000, now).await.unwrap(), Slot::Granted);
-    assert_eq!(s.count_rate_events("login:x", 60_000, now + 1).await.unwrap(), 1);
-    assert_eq!(s.count_rate_events("login:x", 60_000, now + 120_000).await.unwrap(), 0);
+    assert_eq!(
+        s.count_rate_events("login:x", 60_000, now).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        s.take_rate_slot("login:x", 2, 60_000, now).await.unwrap(),
+        Slot::Granted
+    );
+    assert_eq!(
+        s.count_rate_events("login:x", 60_000, now + 1)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        s.count_rate_events("login:x", 60_000, now + 120_000)
+            .await
+            .unwrap(),
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -14,12 +14,27 @@ pub struct CreatedSpace {
 }
 
 /// Creates a space with a first API key.
-pub async fn create_space(store: &dyn Storage, name: &str, plan: Plan) -> anyhow::Result<CreatedSpace> {
+pub async fn create_space(
+    store: &dyn Storage,
+    name: &str,
+    plan: Plan,
+) -> anyhow::Result<CreatedSpace> {
     let name = name.trim();
-    anyhow::ensure!(!name.is_empty() && name.len() <= 200, "a space name needs 1 to 200 characters");
+    anyhow::ensure!(
+        !name.is_empty() && name.len() <= 200,
+        "a space name needs 1 to 200 characters"
+    );
     let now = now_ms();
-    let space = Space { id: SpaceId::new(), name: name.to_owned(), plan, created_at: now };
-    store.create_space(&space).await.context("creating the space")?;
+    let space = Space {
+        id: SpaceId::new(),
+        name: name.to_owned(),
+        plan,
+        created_at: now,
+    };
+    store
+        .create_space(&space)
+        .await
+        .context("creating the space")?;
     let api_key = auth::new_token("pfk");
     let key = ApiKey {
         id: ApiKeyId::new(),
@@ -38,10 +53,18 @@ pub async fn create_space(store: &dyn Storage, name: &str, plan: Plan) -> anyhow
 }
 
 /// Creates a console user after checking the email and the password rules.
-pub async fn create_user(store: &dyn Storage, email: &str, password: &str, role: Role) -> anyhow::Result<User> {
+pub async fn create_user(
+    store: &dyn Storage,
+    email: &str,
+    password: &str,
+    role: Role,
+) -> anyhow::Result<User> {
     let email = email.trim().to_lowercase();
     anyhow::ensure!(
-        email.len() <= 254 && email.split_once('@').is_some_and(|(a, b)| !a.is_empty() && b.contains('.')),
+        email.len() <= 254
+            && email
+                .split_once('@')
+                .is_some_and(|(a, b)| !a.is_empty() && b.contains('.')),
         "{email:?} is not an email address"
     );
     auth::check_new_password(password).map_err(|why| anyhow::anyhow!(why))?;
@@ -55,7 +78,9 @@ pub async fn create_user(store: &dyn Storage, email: &str, password: &str, role:
     };
     match store.create_user(&user).await {
         Ok(()) => Ok(user),
-        Err(StorageError::Conflict(_)) => anyhow::bail!("a user with the email {} already exists", user.email),
+        Err(StorageError::Conflict(_)) => {
+            anyhow::bail!("a user with the email {} already exists", user.email)
+        }
         Err(e) => Err(e).context("creating the user"),
     }
 }

@@ -11,7 +11,11 @@ use crate::domain::{Plan, Role};
 use crate::{admin, startup, storage, telemetry};
 
 #[derive(Parser)]
-#[command(name = "partyflow", version, about = "PartyFlow Hooks: the webhook platform of PartyFlow")]
+#[command(
+    name = "partyflow",
+    version,
+    about = "PartyFlow Hooks: the webhook platform of PartyFlow"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -114,13 +118,20 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             eprintln!("migrations applied");
             Ok(())
         }
-        Command::Space { command: SpaceCommand::Create { name, plan } } => {
+        Command::Space {
+            command: SpaceCommand::Create { name, plan },
+        } => {
             let store = open(&config).await?;
             let created = admin::create_space(store.as_ref(), &name, plan).await?;
-            println!("{}", serde_json::json!({ "id": created.space.id, "apiKey": created.api_key }));
+            println!(
+                "{}",
+                serde_json::json!({ "id": created.space.id, "apiKey": created.api_key })
+            );
             Ok(())
         }
-        Command::User { command: UserCommand::Create { email, role } } => {
+        Command::User {
+            command: UserCommand::Create { email, role },
+        } => {
             let mut password = String::new();
             std::io::stdin()
                 .read_to_string(&mut password)
@@ -128,10 +139,15 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let password = password.trim_end_matches(['\r', '\n']);
             let store = open(&config).await?;
             let user = admin::create_user(store.as_ref(), &email, password, role).await?;
-            println!("{}", serde_json::json!({ "id": user.id, "email": user.email, "role": user.role }));
+            println!(
+                "{}",
+                serde_json::json!({ "id": user.id, "email": user.email, "role": user.role })
+            );
             Ok(())
         }
-        Command::User { command: UserCommand::Bootstrap { email } } => {
+        Command::User {
+            command: UserCommand::Bootstrap { email },
+        } => {
             let store = open(&config).await?;
             bootstrap(store.as_ref(), &email).await
         }
@@ -144,7 +160,10 @@ async fn bootstrap(store: &dyn storage::Storage, email: &str) -> anyhow::Result<
     }
     let password = crate::auth::new_token("pf")[3..23].to_owned();
     let user = admin::create_user(store, email, &password, Role::Admin).await?;
-    println!("{}", serde_json::json!({ "email": user.email, "password": password }));
+    println!(
+        "{}",
+        serde_json::json!({ "email": user.email, "password": password })
+    );
     Ok(())
 }
 

@@ -73,8 +73,16 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            incoming_per_second: PerPlan { free: 5, pro: 10, enterprise: 30 },
-            outgoing_per_second: PerPlan { free: 10, pro: 100, enterprise: 1000 },
+            incoming_per_second: PerPlan {
+                free: 5,
+                pro: 10,
+                enterprise: 30,
+            },
+            outgoing_per_second: PerPlan {
+                free: 10,
+                pro: 100,
+                enterprise: 1000,
+            },
             bot_per_channel_per_second: 10,
             incoming_disable_after: 100,
             destination_in_flight: 5,
@@ -166,7 +174,9 @@ impl Config {
     /// Reads the configuration from the file and the process environment.
     pub fn load() -> anyhow::Result<Self> {
         let file = std::env::var("PARTYFLOW_CONFIG").unwrap_or_else(|_| "partyflow.toml".into());
-        Self::figment(&file).extract().map_err(|e| anyhow::anyhow!("configuration: {e}"))
+        Self::figment(&file)
+            .extract()
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))
     }
 
     fn figment(file: &str) -> Figment {
@@ -189,7 +199,10 @@ mod tests {
     #[test]
     fn environment_overrides_file_overrides_defaults() {
         figment::Jail::expect_with(|jail| {
-            jail.create_file("pf.toml", "listen = \"127.0.0.1:4000\"\nallow_networks = \"10.0.0.0/8\"")?;
+            jail.create_file(
+                "pf.toml",
+                "listen = \"127.0.0.1:4000\"\nallow_networks = \"10.0.0.0/8\"",
+            )?;
             jail.set_env("PARTYFLOW_ALLOW_NETWORKS", "127.0.0.0/8,::1/128");
             jail.set_env("PARTYFLOW_TEST_POSTGRES_URL", "postgres://ignored");
             let config: Config = Config::figment("pf.toml").extract()?;

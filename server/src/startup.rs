@@ -64,8 +64,14 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let sessions = AnyStore::for_storage(storage.as_ref()).await.context("creating the session store")?;
-    let cleanup = tokio::spawn(sessions.clone().delete_expired_every(Duration::from_secs(300)));
+    let sessions = AnyStore::for_storage(storage.as_ref())
+        .await
+        .context("creating the session store")?;
+    let cleanup = tokio::spawn(
+        sessions
+            .clone()
+            .delete_expired_every(Duration::from_secs(300)),
+    );
 
     let network = crate::dispatch::ssrf::NetworkPolicy::parse(&config.allow_networks)
         .map_err(|e| anyhow::anyhow!("PARTYFLOW_ALLOW_NETWORKS: {e}"))?;
@@ -74,11 +80,18 @@ pub async fn run(
         network,
         config.dispatch.settings(&config.limits),
     )?);
-    let engine_task = config.dispatch.enabled.then(|| tokio::spawn(engine.clone().run(shutdown.clone())));
+    let engine_task = config
+        .dispatch
+        .enabled
+        .then(|| tokio::spawn(engine.clone().run(shutdown.clone())));
 
     let shared_config = Arc::new(config.clone());
     let state = AppState {
-        console: Arc::new(console::Backend::new(storage.clone(), engine.waker(), shared_config.clone())),
+        console: Arc::new(console::Backend::new(
+            storage.clone(),
+            engine.waker(),
+            shared_config.clone(),
+        )),
         wake: engine.waker(),
         storage,
         leptos_options: leptos_options(&config, addr),
@@ -89,9 +102,13 @@ pub async fn run(
         .with_same_site(SameSite::Strict)
         .with_http_only(true)
         .with_secure(config.secure_cookies)
-        .with_expiry(Expiry::OnInactivity(time::Duration::minutes(config.session_idle_minutes)));
+        .with_expiry(Expiry::OnInactivity(time::Duration::minutes(
+            config.session_idle_minutes,
+        )));
 
-    let app = router(state).layer(session_layer).layer(TraceLayer::new_for_http().make_span_with(request_span));
+    let app = router(state)
+        .layer(session_layer)
+        .layer(TraceLayer::new_for_http().make_span_with(request_span));
 
     tracing::info!(%addr, console = %format!("http://{addr}/"), "PartyFlow Hooks is serving");
     axum::serve(listener, app)
@@ -138,11 +155,19 @@ fn router(state: AppState) -> Router {
                 move || app::shell(options.clone())
             },
         )
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(app::shell))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), console::require_login));
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(
+            app::shell,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            console::require_login,
+        ));
 
     let max_body = state.config.max_body_bytes;
-    Router::new().merge(http::router(max_body)).merge(console).with_state(state)
+    Router::new()
+        .merge(http::router(max_body))
+        .merge(console)
+        .with_state(state)
 }
 
 async fn wait_for_signal() {

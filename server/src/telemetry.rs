@@ -9,7 +9,11 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_sessions=warn"));
     let registry = tracing_subscriber::registry().with(filter);
     let _ = match format {
-        LogFormat::Json => registry.with(fmt::layer().json().with_writer(std::io::stderr)).try_init(),
-        LogFormat::Pretty => registry.with(fmt::layer().compact().with_writer(std::io::stderr)).try_init(),
+        LogFormat::Json => registry
+            .with(fmt::layer().json().with_writer(std::io::stderr))
+            .try_init(),
+        LogFormat::Pretty => registry
+            .with(fmt::layer().compact().with_writer(std::io::stderr))
+            .try_init(),
     };
 }

@@ -22,7 +22,11 @@ pub fn BulkPage() -> impl IntoView {
     let selection = Memo::new(move |_| {
         let m = query.read();
         BulkSelection {
-            op: if m.get("op").as_deref() == Some("cancel") { "cancel".into() } else { "resend".into() },
+            op: if m.get("op").as_deref() == Some("cancel") {
+                "cancel".into()
+            } else {
+                "resend".into()
+            },
             ids: m.get_all("id").unwrap_or_default(),
             all: m.get("all").as_deref() == Some("true"),
             filter: query_from_map(&m),
@@ -45,14 +49,23 @@ pub fn BulkPage() -> impl IntoView {
         move |_, _, _| {
             if let Some(Ok(Notice { bulk: Some(p), .. })) = action.value().get_untracked() {
                 if p.cursor.is_some() {
-                    action.dispatch(Bulk { selection: json(&p.selection), state: json(&p) });
+                    action.dispatch(Bulk {
+                        selection: json(&p.selection),
+                        state: json(&p),
+                    });
                 }
             }
         },
         false,
     );
 
-    let title = move || if selection.with(|s| s.op == "cancel") { "Cancel deliveries" } else { "Send deliveries again" };
+    let title = move || {
+        if selection.with(|s| s.op == "cancel") {
+            "Cancel deliveries"
+        } else {
+            "Send deliveries again"
+        }
+    };
     view! {
         <Title text="Confirm · PartyFlow Hooks"/>
         <div class="page-head"><h1>{title}</h1></div>
@@ -70,8 +83,16 @@ pub fn BulkPage() -> impl IntoView {
     }
 }
 
-fn confirm_view(s: BulkSelection, p: BulkPreview, kept: Option<BulkProgress>, action: ServerAction<Bulk>) -> impl IntoView {
-    let back = format!("/deliveries{}", crate::components::query_string(&s.filter.pairs()));
+fn confirm_view(
+    s: BulkSelection,
+    p: BulkPreview,
+    kept: Option<BulkProgress>,
+    action: ServerAction<Bulk>,
+) -> impl IntoView {
+    let back = format!(
+        "/deliveries{}",
+        crate::components::query_string(&s.filter.pairs())
+    );
     let resend = s.op != "cancel";
     if !s.all && s.ids.is_empty() {
         return view! {
@@ -91,9 +112,16 @@ fn confirm_view(s: BulkSelection, p: BulkPreview, kept: Option<BulkProgress>, ac
             format!("all {more}{n} deliveries matching {}", p.described)
         }
     } else {
-        format!("{n} selected {}", if n == 1 { "delivery" } else { "deliveries" })
+        format!(
+            "{n} selected {}",
+            if n == 1 { "delivery" } else { "deliveries" }
+        )
     };
-    let question = if resend { format!("Send again {what}?") } else { format!("Cancel {what}?") };
+    let question = if resend {
+        format!("Send again {what}?")
+    } else {
+        format!("Cancel {what}?")
+    };
     let explain = if resend {
         "Each finished delivery becomes a new delivery of the same event to the same destination, sent straight away \
          with a full set of attempts and the same webhook-id. Deliveries still waiting or sending, and those of \
@@ -109,7 +137,10 @@ fn confirm_view(s: BulkSelection, p: BulkPreview, kept: Option<BulkProgress>, ac
         expected: n,
     };
     let verb = if resend { "Send again" } else { "Cancel" };
-    let button = format!("{verb} {n} {}", if n == 1 { "delivery" } else { "deliveries" });
+    let button = format!(
+        "{verb} {n} {}",
+        if n == 1 { "delivery" } else { "deliveries" }
+    );
     let selection_json = json(&s);
     let pending = action.pending();
     // The latest progress: this page's action (JavaScript) or the kept result (plain form post).

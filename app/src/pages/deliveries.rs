@@ -13,8 +13,8 @@ use leptos_router::params::ParamsMap;
 
 use crate::api::list_deliveries;
 use crate::components::{
-    console, fmt_time, load_error, select_options, ErrorClassBadge, StatusBadge, DELIVERY_STATUSES, ERROR_CLASSES,
-    error_class_info,
+    console, error_class_info, fmt_time, load_error, select_options, ErrorClassBadge, StatusBadge,
+    DELIVERY_STATUSES, ERROR_CLASSES,
 };
 use crate::types::{DeliveryPage, DeliveryQuery};
 
@@ -39,7 +39,10 @@ pub fn DeliveriesPage() -> impl IntoView {
     let ctx = console();
     let query = use_query_map();
     let q = Memo::new(move |_| query_from_map(&query.read()));
-    let data = Resource::new(move || (q.get(), ctx.refresh.get()), |(q, _)| list_deliveries(q));
+    let data = Resource::new(
+        move || (q.get(), ctx.refresh.get()),
+        |(q, _)| list_deliveries(q),
+    );
 
     view! {
         <Title text="Deliveries · PartyFlow Hooks"/>
@@ -70,9 +73,17 @@ fn Filters(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
     let mut destinations = vec![(String::new(), "All destinations".to_owned())];
     destinations.extend(page.destinations.into_iter().map(|c| (c.value, c.label)));
     let mut statuses = vec![(String::new(), "Any status".to_owned())];
-    statuses.extend(DELIVERY_STATUSES.iter().map(|s| (s.to_string(), s.to_string())));
+    statuses.extend(
+        DELIVERY_STATUSES
+            .iter()
+            .map(|s| (s.to_string(), s.to_string())),
+    );
     let mut classes = vec![(String::new(), "Any error class".to_owned())];
-    classes.extend(ERROR_CLASSES.iter().map(|c| (c.to_string(), format!("{c} — {}", error_class_info(c).0))));
+    classes.extend(
+        ERROR_CLASSES
+            .iter()
+            .map(|c| (c.to_string(), format!("{c} — {}", error_class_info(c).0))),
+    );
     let ranges = vec![
         (String::new(), "Any time".to_owned()),
         ("15m".to_owned(), "Last 15 minutes".to_owned()),
@@ -114,7 +125,8 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
         pairs.push(("before", c));
         format!("/deliveries{}", crate::components::query_string(&pairs))
     });
-    let newest = (!q.before.is_empty()).then(|| format!("/deliveries{}", crate::components::query_string(&q.pairs())));
+    let newest = (!q.before.is_empty())
+        .then(|| format!("/deliveries{}", crate::components::query_string(&q.pairs())));
     let toggle_page = {
         let all_ids = all_ids.clone();
         move |ev: leptos::ev::Event| {

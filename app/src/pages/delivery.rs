@@ -8,7 +8,9 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use crate::api::{get_delivery, CancelDelivery, ResendDelivery};
-use crate::components::{console, fmt_duration, fmt_time, load_error, use_mutation, ErrorClassBadge, StatusBadge};
+use crate::components::{
+    console, fmt_duration, fmt_time, load_error, use_mutation, ErrorClassBadge, StatusBadge,
+};
 use crate::types::{AttemptView, DeliveryDetail};
 
 #[component]
@@ -16,7 +18,10 @@ pub fn DeliveryPage() -> impl IntoView {
     let ctx = console();
     let params = use_params_map();
     let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
-    let data = Resource::new(move || (id.get(), ctx.refresh.get()), |(id, _)| get_delivery(id));
+    let data = Resource::new(
+        move || (id.get(), ctx.refresh.get()),
+        |(id, _)| get_delivery(id),
+    );
     let resend = use_mutation::<ResendDelivery>();
     let cancel = use_mutation::<CancelDelivery>();
 
@@ -34,7 +39,11 @@ pub fn DeliveryPage() -> impl IntoView {
     }
 }
 
-fn detail_view(d: DeliveryDetail, resend: ServerAction<ResendDelivery>, cancel: ServerAction<CancelDelivery>) -> impl IntoView {
+fn detail_view(
+    d: DeliveryDetail,
+    resend: ServerAction<ResendDelivery>,
+    cancel: ServerAction<CancelDelivery>,
+) -> impl IntoView {
     let r = d.row.clone();
     let waiting = matches!(r.status.as_str(), "pending" | "retrying");
     let finished = matches!(r.status.as_str(), "succeeded" | "failed" | "cancelled");

@@ -14,7 +14,10 @@ pub fn DestinationPage() -> impl IntoView {
     let ctx = console();
     let params = use_params_map();
     let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
-    let data = Resource::new(move || (id.get(), ctx.refresh.get()), |(id, _)| get_destination(id));
+    let data = Resource::new(
+        move || (id.get(), ctx.refresh.get()),
+        |(id, _)| get_destination(id),
+    );
     let set_status = use_mutation::<SetDestinationStatus>();
     let resend_failed = use_mutation::<ResendFailed>();
     let rotate = use_mutation::<RotateSecret>();
@@ -43,7 +46,9 @@ fn detail_view(
 ) -> impl IntoView {
     let v = d.view.clone();
     let inactive = v.status == "inactive";
-    let busy = move || set_status.pending().get() || resend_failed.pending().get() || rotate.pending().get();
+    let busy = move || {
+        set_status.pending().get() || resend_failed.pending().get() || rotate.pending().get()
+    };
     let deliveries = format!("/deliveries?space={}&destination={}", v.space_id, v.id);
     let (id1, id2, id3, id4) = (v.id.clone(), v.id.clone(), v.id.clone(), v.id.clone());
     let failed = format!("{deliveries}&status=failed");

@@ -8,8 +8,12 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::SpaceFilter;
-use crate::api::{list_destinations, list_spaces, CreateDestination, ResendFailed, SetDestinationStatus};
-use crate::components::{console, is_admin, load_error, reset_on_success, select_options, use_mutation, StatusBadge};
+use crate::api::{
+    list_destinations, list_spaces, CreateDestination, ResendFailed, SetDestinationStatus,
+};
+use crate::components::{
+    console, is_admin, load_error, reset_on_success, select_options, use_mutation, StatusBadge,
+};
 use crate::types::{DestinationView, SpaceView};
 
 #[component]
@@ -17,7 +21,10 @@ pub fn DestinationsPage() -> impl IntoView {
     let ctx = console();
     let query = use_query_map();
     let space = Memo::new(move |_| query.read().get("space").unwrap_or_default());
-    let data = Resource::new(move || (space.get(), ctx.refresh.get()), |(s, _)| list_destinations(s));
+    let data = Resource::new(
+        move || (space.get(), ctx.refresh.get()),
+        |(s, _)| list_destinations(s),
+    );
     let spaces = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
     let set_status = use_mutation::<SetDestinationStatus>();
     let resend_failed = use_mutation::<ResendFailed>();
@@ -139,7 +146,11 @@ fn DestinationRow(
 }
 
 #[component]
-fn CreateForm(spaces: Vec<SpaceView>, current: String, create: ServerAction<CreateDestination>) -> impl IntoView {
+fn CreateForm(
+    spaces: Vec<SpaceView>,
+    current: String,
+    create: ServerAction<CreateDestination>,
+) -> impl IntoView {
     let pending = create.pending();
     let form = NodeRef::new();
     reset_on_success(create, form);
@@ -150,8 +161,14 @@ fn CreateForm(spaces: Vec<SpaceView>, current: String, create: ServerAction<Crea
         ("hour".to_owned(), "per hour".to_owned()),
     ];
     let presets = vec![
-        ("partyflow".to_owned(), "PartyFlow: 5 s → 1 h, ±20 % jitter, 8 attempts".to_owned()),
-        ("standard".to_owned(), "Standard: 30 s → 1 h, no jitter, 6 attempts".to_owned()),
+        (
+            "partyflow".to_owned(),
+            "PartyFlow: 5 s → 1 h, ±20 % jitter, 8 attempts".to_owned(),
+        ),
+        (
+            "standard".to_owned(),
+            "Standard: 30 s → 1 h, no jitter, 6 attempts".to_owned(),
+        ),
     ];
     view! {
         <details class="card create">

@@ -8,7 +8,10 @@ use leptos_router::hooks::use_query_map;
 
 use super::SpaceFilter;
 use crate::api::{list_incoming_webhooks, list_spaces, CreateIncomingWebhook, SetIncomingStatus};
-use crate::components::{console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation, StatusBadge};
+use crate::components::{
+    console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation,
+    StatusBadge,
+};
 use crate::types::{Choice, IncomingWebhookView};
 
 #[component]
@@ -16,7 +19,10 @@ pub fn IncomingPage() -> impl IntoView {
     let ctx = console();
     let query = use_query_map();
     let space = Memo::new(move |_| query.read().get("space").unwrap_or_default());
-    let data = Resource::new(move || (space.get(), ctx.refresh.get()), |(s, _)| list_incoming_webhooks(s));
+    let data = Resource::new(
+        move || (space.get(), ctx.refresh.get()),
+        |(s, _)| list_incoming_webhooks(s),
+    );
     let spaces = Resource::new(|| (), |_| list_spaces());
     let set_status = use_mutation::<SetIncomingStatus>();
     let create = use_mutation::<CreateIncomingWebhook>();
@@ -42,7 +48,11 @@ pub fn IncomingPage() -> impl IntoView {
 }
 
 #[component]
-fn HookTable(hooks: Vec<IncomingWebhookView>, admin: bool, set_status: ServerAction<SetIncomingStatus>) -> impl IntoView {
+fn HookTable(
+    hooks: Vec<IncomingWebhookView>,
+    admin: bool,
+    set_status: ServerAction<SetIncomingStatus>,
+) -> impl IntoView {
     if hooks.is_empty() {
         return view! { <p class="empty">"No incoming webhooks yet."</p> }.into_any();
     }

@@ -18,7 +18,13 @@ pub fn LoginPage() -> impl IntoView {
             "throttled" => ConsoleError::Throttled.to_string(),
             _ => ConsoleError::BadCredentials.to_string(),
         });
-        from_url.or_else(|| login.value().get().and_then(|r| r.err()).map(|e| e.to_string()))
+        from_url.or_else(|| {
+            login
+                .value()
+                .get()
+                .and_then(|r| r.err())
+                .map(|e| e.to_string())
+        })
     };
     let pending = login.pending();
     let setup = Resource::new(|| (), |_| needs_setup());

@@ -34,7 +34,11 @@ pub fn NotFound() -> impl IntoView {
 /// The space filter at the top of the destinations and incoming webhooks pages: a
 /// plain GET form, so it works without JavaScript.
 #[component]
-pub fn SpaceFilter(action: &'static str, spaces: Vec<crate::types::SpaceView>, current: String) -> impl IntoView {
+pub fn SpaceFilter(
+    action: &'static str,
+    spaces: Vec<crate::types::SpaceView>,
+    current: String,
+) -> impl IntoView {
     let mut options = vec![(String::new(), "All spaces".to_owned())];
     options.extend(spaces.into_iter().map(|s| (s.id, s.name)));
     view! {

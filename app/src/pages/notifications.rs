@@ -22,7 +22,11 @@ pub fn NotificationsPage() -> impl IntoView {
     );
     let mark = use_mutation::<MarkRead>();
     let tab = move |unread: bool, label: &'static str| {
-        let href = if unread { "/notifications?show=unread" } else { "/notifications" };
+        let href = if unread {
+            "/notifications?show=unread"
+        } else {
+            "/notifications"
+        };
         view! { <a href=href aria-current=move || (unread_only.get() == unread).then_some("page")>{label}</a> }
     };
 
@@ -43,10 +47,17 @@ pub fn NotificationsPage() -> impl IntoView {
     }
 }
 
-fn list_view(page: NotificationPage, unread_only: bool, mark: ServerAction<MarkRead>) -> impl IntoView {
+fn list_view(
+    page: NotificationPage,
+    unread_only: bool,
+    mark: ServerAction<MarkRead>,
+) -> impl IntoView {
     let pending = mark.pending();
     let older = page.next_cursor.map(|c| {
-        format!("/notifications?{}before={c}", if unread_only { "show=unread&" } else { "" })
+        format!(
+            "/notifications?{}before={c}",
+            if unread_only { "show=unread&" } else { "" }
+        )
     });
     view! {
         <div class="toolbar">

@@ -15,9 +15,16 @@ pub fn OverviewPage() -> impl IntoView {
     let ctx = console();
     let query = use_query_map();
     let window = Memo::new(move |_| {
-        query.read().get("window").filter(|w| w == "day").unwrap_or_else(|| "hour".to_owned())
+        query
+            .read()
+            .get("window")
+            .filter(|w| w == "day")
+            .unwrap_or_else(|| "hour".to_owned())
     });
-    let data = Resource::new(move || (window.get(), ctx.refresh.get()), |(w, _)| get_overview(w));
+    let data = Resource::new(
+        move || (window.get(), ctx.refresh.get()),
+        |(w, _)| get_overview(w),
+    );
     let tab = move |w: &'static str, label: &'static str| {
         view! {
             <a href=format!("/?window={w}") aria-current=move || (window.get() == w).then_some("page")>{label}</a>
@@ -47,7 +54,11 @@ pub fn OverviewPage() -> impl IntoView {
 fn overview_view(o: Overview) -> impl IntoView {
     let total = o.overall.total();
     let per = if o.window == "day" { "hour" } else { "minute" };
-    let window_words = if o.window == "day" { "last 24 hours" } else { "last hour" };
+    let window_words = if o.window == "day" {
+        "last 24 hours"
+    } else {
+        "last hour"
+    };
     let failing = o.failing.clone();
     let bucket_ms = o.bucket_ms;
     view! {
@@ -179,12 +190,17 @@ fn Chart(buckets: Vec<Bucket>, bucket_ms: i64, width: i64, height: i64) -> impl 
     let bar_w = (slot - 1.0).max(1.0);
     let y = move |v: i64| plot_h as f64 * v as f64 / max as f64;
     let total: i64 = buckets.iter().map(Bucket::total).sum();
-    let label = format!("{total} deliveries in {} buckets; at most {max} in one", buckets.len());
+    let label = format!(
+        "{total} deliveries in {} buckets; at most {max} in one",
+        buckets.len()
+    );
     let every = (n / 6).max(1) as usize;
     let ticks: Vec<_> = buckets
         .iter()
         .enumerate()
-        .filter(|(i, _)| i % every == 0 || (*i as i64 == n - 1 && (n - 1) as usize % every > every / 2))
+        .filter(|(i, _)| {
+            i % every == 0 || (*i as i64 == n - 1 && (n - 1) as usize % every > every / 2)
+        })
         .map(|(i, b)| {
             // The last label ends at the right edge instead of running off it.
             if i as i64 == n - 1 {

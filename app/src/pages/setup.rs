@@ -11,7 +11,13 @@ pub fn SetupPage() -> impl IntoView {
     let setup = ServerAction::<Setup>::new();
     let needed = Resource::new(|| (), |_| needs_setup());
     let pending = setup.pending();
-    let error = move || setup.value().get().and_then(|r| r.err()).map(|e| e.to_string());
+    let error = move || {
+        setup
+            .value()
+            .get()
+            .and_then(|r| r.err())
+            .map(|e| e.to_string())
+    };
 
     view! {
         <Title text="First run · PartyFlow Hooks"/>

@@ -5,8 +5,13 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::{get_space, list_spaces, CreateApiKey, CreateBot, CreateChannel, CreateSpace, RevokeApiKey, RevokeBot};
-use crate::components::{console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation};
+use crate::api::{
+    get_space, list_spaces, CreateApiKey, CreateBot, CreateChannel, CreateSpace, RevokeApiKey,
+    RevokeBot,
+};
+use crate::components::{
+    console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation,
+};
 use crate::types::SpaceDetail;
 
 #[component]
@@ -73,7 +78,10 @@ pub fn SpacePage() -> impl IntoView {
     let ctx = console();
     let params = use_params_map();
     let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
-    let data = Resource::new(move || (id.get(), ctx.refresh.get()), |(id, _)| get_space(id));
+    let data = Resource::new(
+        move || (id.get(), ctx.refresh.get()),
+        |(id, _)| get_space(id),
+    );
     let actions = Actions {
         channel: use_mutation::<CreateChannel>(),
         bot: use_mutation::<CreateBot>(),

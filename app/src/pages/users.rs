@@ -5,7 +5,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::api::{list_users, CreateUser};
-use crate::components::{console, fmt_time, load_error, reset_on_success, select_options, use_mutation};
+use crate::components::{
+    console, fmt_time, load_error, reset_on_success, select_options, use_mutation,
+};
 
 #[component]
 pub fn UsersPage() -> impl IntoView {

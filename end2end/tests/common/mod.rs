@@ -36,7 +36,11 @@ pub fn artifacts() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// chromedriver on a free loopback port; killed on drop.
@@ -53,10 +57,15 @@ impl Driver {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("chromedriver (Debian's chromium-driver) must be installed: ./dev test installs it");
+            .expect(
+                "chromedriver (Debian's chromium-driver) must be installed: ./dev test installs it",
+            );
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "chromedriver did not start");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "chromedriver did not start"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Driver { child, port }
@@ -83,7 +92,9 @@ pub async fn browser(driver: &Driver, profile: &std::path::Path) -> Client {
             ]
         }
     });
-    let Value::Object(caps) = caps else { unreachable!() };
+    let Value::Object(caps) = caps else {
+        unreachable!()
+    };
     ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
         .capabilities(caps)
         .connect(&format!("http://127.0.0.1:{}", driver.port))
@@ -139,7 +150,9 @@ impl Receiver {
                 .lines()
                 .find_map(|l| {
                     let (k, v) = l.split_once(':')?;
-                    k.trim().eq_ignore_ascii_case("content-length").then(|| v.trim().parse().ok())?
+                    k.trim()
+                        .eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
                 })
                 .unwrap_or(0);
             while buf.len() < head_end + length {
@@ -159,7 +172,9 @@ impl Receiver {
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
-            let answer = format!("HTTP/1.1 {status} X\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nok");
+            let answer = format!(
+                "HTTP/1.1 {status} X\r\ncontent-length: 2\r\ncontent-type: text/plain\r\n\r\nok"
+            );
             stream.write_all(answer.as_bytes()).await?;
         }
     }
@@ -188,7 +203,12 @@ impl Receiver {
     }
 
     pub fn received(&self, name: &str) -> usize {
-        self.got.lock().unwrap().iter().filter(|(n, _)| n == name).count()
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _)| n == name)
+            .count()
     }
 }
 
@@ -230,10 +250,16 @@ async fn start(with_users: bool, tweak: impl FnOnce(&mut Config)) -> Server {
     let storage = server::storage::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
     if with_users {
-        server::admin::create_user(storage.as_ref(), ADMIN, PASSWORD, Role::Admin).await.unwrap();
-        server::admin::create_user(storage.as_ref(), SUPPORT, PASSWORD, Role::Support).await.unwrap();
+        server::admin::create_user(storage.as_ref(), ADMIN, PASSWORD, Role::Admin)
+            .await
+            .unwrap();
+        server::admin::create_user(storage.as_ref(), SUPPORT, PASSWORD, Role::Support)
+            .await
+            .unwrap();
     }
-    let created = server::admin::create_space(storage.as_ref(), "Acme", Plan::Pro).await.unwrap();
+    let created = server::admin::create_space(storage.as_ref(), "Acme", Plan::Pro)
+        .await
+        .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let mut config = Config {
@@ -247,15 +273,26 @@ async fn start(with_users: bool, tweak: impl FnOnce(&mut Config)) -> Server {
             idle_poll_ms: 200,
             ..Default::default()
         },
-        limits: LimitsConfig { destination_in_flight: 1, ..Default::default() },
+        limits: LimitsConfig {
+            destination_in_flight: 1,
+            ..Default::default()
+        },
         ..Default::default()
     };
     tweak(&mut config);
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(server::startup::run(config, storage.clone(), listener, shutdown.clone()));
+    let task = tokio::spawn(server::startup::run(
+        config,
+        storage.clone(),
+        listener,
+        shutdown.clone(),
+    ));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while tokio::net::TcpStream::connect(addr).await.is_err() {
-        assert!(std::time::Instant::now() < deadline, "the server did not start");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server did not start"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Server {
@@ -291,7 +328,13 @@ impl Server {
     }
 
     /// A destination through the REST API; its ID.
-    pub async fn destination(&self, url: &str, event_type: &str, max_attempts: i64, retry_policy: Value) -> DestinationId {
+    pub async fn destination(
+        &self,
+        url: &str,
+        event_type: &str,
+        max_attempts: i64,
+        retry_policy: Value,
+    ) -> DestinationId {
         let d = self
             .api(
                 "/destinations",
@@ -302,12 +345,19 @@ impl Server {
     }
 
     pub async fn publish(&self, event_type: &str, payload: Value) {
-        self.api("/events", json!({"type": event_type, "payload": payload})).await;
+        self.api("/events", json!({"type": event_type, "payload": payload}))
+            .await;
     }
 
     pub async fn deliveries_of(&self, destination: DestinationId) -> Vec<Delivery> {
-        let filter = server::storage::DeliveryFilter { destination_id: Some(destination), ..Default::default() };
-        self.storage.list_deliveries(&filter, server::storage::Page::first(500)).await.unwrap()
+        let filter = server::storage::DeliveryFilter {
+            destination_id: Some(destination),
+            ..Default::default()
+        };
+        self.storage
+            .list_deliveries(&filter, server::storage::Page::first(500))
+            .await
+            .unwrap()
     }
 
     pub async fn stop(self) {
@@ -327,7 +377,10 @@ where
         if check().await {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "timed out waiting until {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -361,7 +414,10 @@ pub async fn wait_text(c: &Client, css: &str, text: &str) -> String {
         }
         if std::time::Instant::now() > deadline {
             let body = c.source().await.unwrap_or_default();
-            panic!("no {css} with text {text:?}; page: {}", &body[..body.len().min(4000)]);
+            panic!(
+                "no {css} with text {text:?}; page: {}",
+                &body[..body.len().min(4000)]
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -380,9 +436,24 @@ pub async fn open(c: &Client, server: &Server, path: &str) {
 
 pub async fn sign_in(c: &Client, server: &Server, email: &str) {
     open(c, server, "/login").await;
-    c.find(Locator::Css("input[name=email]")).await.unwrap().send_keys(email).await.unwrap();
-    c.find(Locator::Css("input[name=password]")).await.unwrap().send_keys(PASSWORD).await.unwrap();
-    c.find(Locator::Css("button[type=submit]")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css("input[name=email]"))
+        .await
+        .unwrap()
+        .send_keys(email)
+        .await
+        .unwrap();
+    c.find(Locator::Css("input[name=password]"))
+        .await
+        .unwrap()
+        .send_keys(PASSWORD)
+        .await
+        .unwrap();
+    c.find(Locator::Css("button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     find(c, "[data-testid=signed-in-as]").await;
 }
 
@@ -407,7 +478,12 @@ pub async fn http_session(server: &Server, email: &str) -> reqwest::Client {
 /// A channel and an incoming webhook in the test space, written directly to storage.
 pub async fn incoming_webhook(server: &Server, name: &str) -> IncomingWebhookId {
     let now = server::clock::now_ms();
-    let channel = Channel { id: ChannelId::new(), space_id: server.space, name: format!("ch-{name}"), created_at: now };
+    let channel = Channel {
+        id: ChannelId::new(),
+        space_id: server.space,
+        name: format!("ch-{name}"),
+        created_at: now,
+    };
     server.storage.create_channel(&channel).await.unwrap();
     let hook = IncomingWebhook {
         id: IncomingWebhookId::new(),

@@ -1,7 +1,9 @@
 //! Secrets: console passwords (argon2) and the high-entropy tokens we hand out
 //! (API keys, bot and incoming-webhook tokens), of which only a SHA-256 is stored.
 
-use argon2::password_hash::{rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{
+    rand_core::OsRng, PasswordHash, PasswordHasher, PasswordVerifier, SaltString,
+};
 use argon2::Argon2;
 use rand::distributions::Alphanumeric;
 use rand::Rng;
@@ -19,7 +21,11 @@ pub fn hash_password(password: &str) -> anyhow::Result<String> {
 /// Whether `password` matches the PHC `hash`. A malformed hash never matches.
 pub fn verify_password(password: &str, hash: &str) -> bool {
     PasswordHash::new(hash)
-        .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+        .map(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
         .unwrap_or(false)
 }
 

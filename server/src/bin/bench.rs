@@ -44,7 +44,10 @@ struct Args {
 
 /// Arrival time of each `webhook-id` at the receiver.
 #[derive(Clone, Default)]
-struct Arrivals(Arc<Mutex<HashMap<String, Instant>>>, Arc<std::sync::atomic::AtomicUsize>);
+struct Arrivals(
+    Arc<Mutex<HashMap<String, Instant>>>,
+    Arc<std::sync::atomic::AtomicUsize>,
+);
 
 impl Arrivals {
     fn count(&self) -> usize {
@@ -87,8 +90,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(str::to_owned))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(str::to_owned)
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
         .map(|kb| kb / 1024.0)
         .unwrap_or(f64::NAN)
 }
@@ -107,14 +118,20 @@ impl Bench {
     async fn destination(&self, body: serde_json::Value) -> String {
         let resp = self
             .client
-            .post(format!("{}/v1/projects/{}/destinations", self.base, self.space))
+            .post(format!(
+                "{}/v1/projects/{}/destinations",
+                self.base, self.space
+            ))
             .bearer_auth(&self.key)
             .json(&body)
             .send()
             .await
             .unwrap();
         assert_eq!(resp.status(), 201);
-        resp.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned()
+        resp.json::<serde_json::Value>().await.unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     async fn delete_destinations(&self) {
@@ -125,7 +142,12 @@ impl Bench {
     }
 
     /// Publishes `n` events with `publishers` concurrent clients; returns (wall time, latencies ms, publish instants).
-    async fn flood(&self, n: usize, publishers: usize, types: &[String]) -> (Duration, Vec<f64>, HashMap<String, Instant>) {
+    async fn flood(
+        &self,
+        n: usize,
+        publishers: usize,
+        types: &[String],
+    ) -> (Duration, Vec<f64>, HashMap<String, Instant>) {
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let started = Instant::now();
         let mut tasks = Vec::new();
@@ -179,8 +201,11 @@ impl Bench {
         let mut tasks = Vec::new();
         for i in 0..total {
             ticker.tick().await;
-            let (client, url, key) =
-                (self.client.clone(), format!("{}/v1/projects/{}/events", self.base, self.space), self.key.clone());
+            let (client, url, key) = (
+                self.client.clone(),
+                format!("{}/v1/projects/{}/events", self.base, self.space),
+                self.key.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let resp = client
@@ -191,7 +216,10 @@ impl Bench {
                     .await
                     .unwrap();
                 assert_eq!(resp.status(), 202);
-                let id = resp.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_owned();
+                let id = resp.json::<serde_json::Value>().await.unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
                 (t.elapsed().as_secs_f64() * 1000.0, id, t)
             }));
         }
@@ -209,7 +237,10 @@ impl Bench {
         let start = Instant::now();
         while self.arrivals.count() < n {
             if start.elapsed() > limit {
-                eprintln!("  (gave up waiting: {} of {n} arrived)", self.arrivals.count());
+                eprintln!(
+                    "  (gave up waiting: {} of {n} arrived)",
+                    self.arrivals.count()
+                );
                 break;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
@@ -222,7 +253,11 @@ impl Bench {
         let arrivals = self.arrivals.0.lock().unwrap();
         let mut lat: Vec<f64> = sent
             .iter()
-            .filter_map(|(id, at)| arrivals.get(id).map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0))
+            .filter_map(|(id, at)| {
+                arrivals
+                    .get(id)
+                    .map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+            })
             .collect();
         lat.sort_by(f64::total_cmp);
         lat
@@ -234,7 +269,11 @@ impl Bench {
         let started = Instant::now();
         let mut tasks = Vec::new();
         for _ in 0..publishers {
-            let (client, url, next) = (self.client.clone(), format!("http://{}/direct", self.receiver), next.clone());
+            let (client, url, next) = (
+                self.client.clone(),
+                format!("http://{}/direct", self.receiver),
+                next.clone(),
+            );
             tasks.push(tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -273,27 +312,46 @@ fn print_latency(label: &str, mut lat: Vec<f64>) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let wants = |s: &str| args.only.as_deref().is_none_or(|o| o.split(',').any(|x| x == s));
+    let wants = |s: &str| {
+        args.only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x == s))
+    };
     let dir = tempfile::tempdir()?;
     let url = match &args.postgres {
         None => format!("sqlite://{}/bench.db", dir.path().display()),
         Some(admin) => {
             let name = format!("bench_{}", ulid::Ulid::new().to_string().to_lowercase());
             let pool = sqlx::PgPool::connect(admin).await?;
-            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await?;
-            format!("{}/{name}", admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin))
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&pool)
+                .await?;
+            format!(
+                "{}/{name}",
+                admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(admin)
+            )
         }
     };
     let storage = server::storage::connect(&url).await?;
     storage.migrate().await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let mut config = Config { database_url: url.clone(), listen: addr, allow_networks: "127.0.0.0/8".into(), ..Config::default() };
+    let mut config = Config {
+        database_url: url.clone(),
+        listen: addr,
+        allow_networks: "127.0.0.0/8".into(),
+        ..Config::default()
+    };
     config.dispatch.idle_poll_ms = 1000;
     // The benchmark measures the engine, not the plan limit.
     config.limits.outgoing_per_second.enterprise = 1_000_000;
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(server::startup::run(config, storage.clone(), listener, shutdown.clone()));
+    let server = tokio::spawn(server::startup::run(
+        config,
+        storage.clone(),
+        listener,
+        shutdown.clone(),
+    ));
     let space = server::admin::create_space(storage.as_ref(), "bench", Plan::Enterprise).await?;
     let (receiver, arrivals) = start_receiver().await;
     let bench = Bench {
@@ -301,40 +359,62 @@ async fn main() -> anyhow::Result<()> {
         key: space.api_key.clone(),
         space: space.space.id.to_string(),
         storage: storage.clone(),
-        client: reqwest::Client::builder().pool_max_idle_per_host(256).build()?,
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            .build()?,
         receiver,
         arrivals,
     };
-    let backend = if args.postgres.is_some() { "PostgreSQL" } else { "SQLite" };
+    let backend = if args.postgres.is_some() {
+        "PostgreSQL"
+    } else {
+        "SQLite"
+    };
     println!(
         "PartyFlow Hooks benchmark — {backend}, {} cores, {} events per flood, {} publishers",
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
         args.events,
         args.publishers
     );
 
     let direct = bench.direct_limit(args.events, args.publishers).await;
     bench.arrivals.reset();
-    println!("direct loopback limit (same client → same receiver, no server): {direct:.0} requests/s");
+    println!(
+        "direct loopback limit (same client → same receiver, no server): {direct:.0} requests/s"
+    );
 
     let mut peak_rss = rss_mb();
     if wants("flood") {
-        bench.destination(json!({"url": format!("http://{receiver}/flood")})).await;
-        let (wall, lat, _) = bench.flood(args.events, args.publishers, &["flood".into()]).await;
+        bench
+            .destination(json!({"url": format!("http://{receiver}/flood")}))
+            .await;
+        let (wall, lat, _) = bench
+            .flood(args.events, args.publishers, &["flood".into()])
+            .await;
         let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
         let e2e = args.events as f64 / (wall + drained).as_secs_f64();
         peak_rss = peak_rss.max(rss_mb());
         println!("\n[flood → 1 destination]");
-        println!("  events accepted: {:.0}/s", args.events as f64 / wall.as_secs_f64());
+        println!(
+            "  events accepted: {:.0}/s",
+            args.events as f64 / wall.as_secs_f64()
+        );
         print_latency("publish latency", lat);
-        println!("  end-to-end deliveries: {e2e:.0}/s  ({:.0} % of the direct limit)", 100.0 * e2e / direct);
+        println!(
+            "  end-to-end deliveries: {e2e:.0}/s  ({:.0} % of the direct limit)",
+            100.0 * e2e / direct
+        );
         println!("  process RSS: {:.0} MB", rss_mb());
         bench.delete_destinations().await;
         bench.arrivals.reset();
     }
     if wants("fanout") {
         for i in 0..10 {
-            bench.destination(json!({"url": format!("http://{receiver}/fan/{i}")})).await;
+            bench
+                .destination(json!({"url": format!("http://{receiver}/fan/{i}")}))
+                .await;
         }
         let n = args.events / 10;
         let (wall, lat, _) = bench.flood(n, args.publishers, &["fan".into()]).await;
@@ -343,7 +423,10 @@ async fn main() -> anyhow::Result<()> {
         println!("\n[fan-out → 10 destinations]");
         println!("  events accepted: {:.0}/s", n as f64 / wall.as_secs_f64());
         print_latency("publish latency", lat);
-        println!("  end-to-end deliveries: {:.0}/s", (n * 10) as f64 / (wall + drained).as_secs_f64());
+        println!(
+            "  end-to-end deliveries: {:.0}/s",
+            (n * 10) as f64 / (wall + drained).as_secs_f64()
+        );
         bench.delete_destinations().await;
         bench.arrivals.reset();
     }
@@ -351,13 +434,18 @@ async fn main() -> anyhow::Result<()> {
         if !wants(name) {
             continue;
         }
-        bench.destination(json!({"url": format!("http://{receiver}/steady")})).await;
+        bench
+            .destination(json!({"url": format!("http://{receiver}/steady")}))
+            .await;
         let (lat, sent) = bench.steady(rate, args.seconds).await;
         bench.wait_for(sent.len(), Duration::from_secs(60)).await;
         peak_rss = peak_rss.max(rss_mb());
         println!("\n[steady {rate} events/s for {} s]", args.seconds);
         print_latency("publish latency", lat);
-        print_latency("publish → first attempt", bench.first_attempt_latencies(&sent));
+        print_latency(
+            "publish → first attempt",
+            bench.first_attempt_latencies(&sent),
+        );
         bench.delete_destinations().await;
         bench.arrivals.reset();
     }
@@ -394,30 +482,50 @@ async fn main() -> anyhow::Result<()> {
         let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
         peak_rss = peak_rss.max(rss_mb());
         println!("\n[10,000 destinations, one delivery per event]");
-        println!("  events accepted: {:.0}/s", args.events as f64 / wall.as_secs_f64());
+        println!(
+            "  events accepted: {:.0}/s",
+            args.events as f64 / wall.as_secs_f64()
+        );
         print_latency("publish latency", lat);
-        println!("  end-to-end deliveries: {:.0}/s", args.events as f64 / (wall + drained).as_secs_f64());
+        println!(
+            "  end-to-end deliveries: {:.0}/s",
+            args.events as f64 / (wall + drained).as_secs_f64()
+        );
         bench.delete_destinations().await;
         bench.arrivals.reset();
     }
     if wants("backlog") {
-        bench.destination(json!({"url": format!("http://{receiver}/steady")})).await;
+        bench
+            .destination(json!({"url": format!("http://{receiver}/steady")}))
+            .await;
         let (_, base) = bench.steady(200, args.seconds.min(5)).await;
         bench.wait_for(base.len(), Duration::from_secs(60)).await;
         let baseline = bench.first_attempt_latencies(&base);
         bench.arrivals.reset();
         let loaded = Instant::now();
         fill_backlog(&bench, args.backlog).await?;
-        println!("\n[fresh traffic while {} deliveries wait for retries] (backlog written in {:.0} s)", args.backlog, loaded.elapsed().as_secs_f64());
+        println!(
+            "\n[fresh traffic while {} deliveries wait for retries] (backlog written in {:.0} s)",
+            args.backlog,
+            loaded.elapsed().as_secs_f64()
+        );
         let (_, sent) = bench.steady(200, args.seconds).await;
         bench.wait_for(sent.len(), Duration::from_secs(120)).await;
         peak_rss = peak_rss.max(rss_mb());
         let with_backlog = bench.first_attempt_latencies(&sent);
         print_latency("publish → first attempt, no backlog", baseline.clone());
-        print_latency("publish → first attempt, with backlog", with_backlog.clone());
-        println!("  p99 ratio: {:.2}×", percentile(&with_backlog, 0.99) / percentile(&baseline, 0.99));
+        print_latency(
+            "publish → first attempt, with backlog",
+            with_backlog.clone(),
+        );
+        println!(
+            "  p99 ratio: {:.2}×",
+            percentile(&with_backlog, 0.99) / percentile(&baseline, 0.99)
+        );
     }
-    println!("\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB");
+    println!(
+        "\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB"
+    );
     shutdown.cancel();
     let _ = server.await;
     Ok(())
@@ -426,7 +534,11 @@ async fn main() -> anyhow::Result<()> {
 /// Writes `n` deliveries that wait for a retry an hour from now, straight into the database.
 async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
     let space_id: server::domain::SpaceId = bench.space.parse()?;
-    let dst = bench.destination(json!({"url": format!("http://{}/backlog", bench.receiver), "eventTypes": ["backlog"]})).await;
+    let dst = bench
+        .destination(
+            json!({"url": format!("http://{}/backlog", bench.receiver), "eventTypes": ["backlog"]}),
+        )
+        .await;
     let event = server::storage::NewEvent {
         event: server::domain::Event {
             id: server::domain::EventId::new(),
@@ -438,27 +550,49 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
         idempotency_key: None,
         request_hash: String::new(),
     };
-    bench.storage.publish_event(&event, server::clock::now_ms()).await?;
+    bench
+        .storage
+        .publish_event(&event, server::clock::now_ms())
+        .await?;
     let later = server::clock::now_ms() + 3_600_000;
     let any = bench.storage.as_any();
     let sql = "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
                next_attempt_at, last_error_class, last_status_code, created_at, updated_at) ";
     for chunk_start in (0..n).step_by(2000) {
-        let rows = (chunk_start..(chunk_start + 2000).min(n)).map(|_| server::domain::DeliveryId::new().to_string());
+        let rows = (chunk_start..(chunk_start + 2000).min(n))
+            .map(|_| server::domain::DeliveryId::new().to_string());
         if let Some(s) = any.downcast_ref::<server::storage::sqlite::SqliteStorage>() {
             let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql);
             q.push_values(rows, |mut b, id| {
-                b.push_bind(id).push_bind(&bench.space).push_bind(event.event.id.to_string()).push_bind(&dst)
-                    .push_bind("backlog").push_bind("retrying").push_bind(1_i64).push_bind(later)
-                    .push_bind("http").push_bind(503_i64).push_bind(later - 3_600_000).push_bind(later - 3_600_000);
+                b.push_bind(id)
+                    .push_bind(&bench.space)
+                    .push_bind(event.event.id.to_string())
+                    .push_bind(&dst)
+                    .push_bind("backlog")
+                    .push_bind("retrying")
+                    .push_bind(1_i64)
+                    .push_bind(later)
+                    .push_bind("http")
+                    .push_bind(503_i64)
+                    .push_bind(later - 3_600_000)
+                    .push_bind(later - 3_600_000);
             });
             q.build().execute(s.pool()).await?;
         } else if let Some(s) = any.downcast_ref::<server::storage::postgres::PostgresStorage>() {
             let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(sql);
             q.push_values(rows, |mut b, id| {
-                b.push_bind(id).push_bind(&bench.space).push_bind(event.event.id.to_string()).push_bind(&dst)
-                    .push_bind("backlog").push_bind("retrying").push_bind(1_i64).push_bind(later)
-                    .push_bind("http").push_bind(503_i64).push_bind(later - 3_600_000).push_bind(later - 3_600_000);
+                b.push_bind(id)
+                    .push_bind(&bench.space)
+                    .push_bind(event.event.id.to_string())
+                    .push_bind(&dst)
+                    .push_bind("backlog")
+                    .push_bind("retrying")
+                    .push_bind(1_i64)
+                    .push_bind(later)
+                    .push_bind("http")
+                    .push_bind(503_i64)
+                    .push_bind(later - 3_600_000)
+                    .push_bind(later - 3_600_000);
             });
             q.build().execute(s.pool()).await?;
         }

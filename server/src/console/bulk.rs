@@ -35,7 +35,9 @@ fn op_of(s: &BulkSelection) -> Result<Op, ConsoleError> {
     match s.op.as_str() {
         "resend" => Ok(Op::Resend),
         "cancel" => Ok(Op::Cancel),
-        other => Err(ConsoleError::Invalid(format!("{other:?} is not a bulk action."))),
+        other => Err(ConsoleError::Invalid(format!(
+            "{other:?} is not a bulk action."
+        ))),
     }
 }
 
@@ -89,7 +91,12 @@ impl Backend {
         let now = now_ms();
         let start = DeliveryId::lower_bound_at(now + 1);
         if !s.all {
-            return Ok(BulkPreview { count: chosen(s).len() as i64, capped: false, start: start.to_string(), described: String::new() });
+            return Ok(BulkPreview {
+                count: chosen(s).len() as i64,
+                capped: false,
+                start: start.to_string(),
+                described: String::new(),
+            });
         }
         let filter = filter_of(&s.filter, now).map_err(ConsoleError::Invalid)?;
         let count = self
@@ -97,17 +104,31 @@ impl Backend {
             .count_deliveries(&filter, Some(start), COUNT_CAP)
             .await
             .map_err(internal)?;
-        Ok(BulkPreview { count, capped: count >= COUNT_CAP, start: start.to_string(), described: describe(&s.filter) })
+        Ok(BulkPreview {
+            count,
+            capped: count >= COUNT_CAP,
+            start: start.to_string(),
+            described: describe(&s.filter),
+        })
     }
 
     /// Applies `op` to deliveries (of any spaces), chunk by chunk, adding to `t`.
-    async fn apply(&self, op: Op, deliveries: &[(DeliveryId, SpaceId)], t: &mut BulkTotals) -> Result<(), ConsoleError> {
+    async fn apply(
+        &self,
+        op: Op,
+        deliveries: &[(DeliveryId, SpaceId)],
+        t: &mut BulkTotals,
+    ) -> Result<(), ConsoleError> {
         let mut spaces: Vec<SpaceId> = deliveries.iter().map(|(_, s)| *s).collect();
         spaces.sort();
         spaces.dedup();
         let now = now_ms();
         for space in spaces {
-            let ids: Vec<DeliveryId> = deliveries.iter().filter(|(_, s)| *s == space).map(|(d, _)| *d).collect();
+            let ids: Vec<DeliveryId> = deliveries
+                .iter()
+                .filter(|(_, s)| *s == space)
+                .map(|(d, _)| *d)
+                .collect();
             let outcomes = match op {
                 Op::Resend => self.storage.resend_deliveries(space, &ids, now).await,
                 Op::Cancel => self.storage.cancel_deliveries(space, &ids, now).await,
@@ -136,11 +157,20 @@ impl Backend {
             let filter = filter_of(&s.filter, now_ms()).map_err(ConsoleError::Invalid)?;
             // The walk goes from newest to oldest below the cursor, so the copies a resend
             // makes (newer than everything) are never visited again.
-            let mut before = cursor.as_deref().map(|c| parse_id::<DeliveryId>(c, "cursor")).transpose()?;
+            let mut before = cursor
+                .as_deref()
+                .map(|c| parse_id::<DeliveryId>(c, "cursor"))
+                .transpose()?;
             loop {
                 let rows = self
                     .storage
-                    .list_deliveries(&filter, Page { before, limit: CHUNK as i64 })
+                    .list_deliveries(
+                        &filter,
+                        Page {
+                            before,
+                            limit: CHUNK as i64,
+                        },
+                    )
                     .await
                     .map_err(internal)?;
                 let Some(last) = rows.last() else { break None };
@@ -156,7 +186,11 @@ impl Backend {
             }
         } else {
             let ids = chosen(s);
-            let mut offset: usize = cursor.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0).min(ids.len());
+            let mut offset: usize = cursor
+                .as_deref()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0)
+                .min(ids.len());
             loop {
                 let chunk = &ids[offset..(offset + CHUNK).min(ids.len())];
                 if chunk.is_empty() {
@@ -180,12 +214,24 @@ impl Backend {
                 }
             }
         };
-        Ok(BulkProgress { selection: s.clone(), totals, cursor: next, expected })
+        Ok(BulkProgress {
+            selection: s.clone(),
+            totals,
+            cursor: next,
+            expected,
+        })
     }
 
-    pub(super) async fn resend_all_failed(&self, destination: &str) -> Result<Notice, ConsoleError> {
+    pub(super) async fn resend_all_failed(
+        &self,
+        destination: &str,
+    ) -> Result<Notice, ConsoleError> {
         let id: DestinationId = parse_id(destination, "destination")?;
-        let d = self.storage.get_destination_by_id(id).await.map_err(|e| storage_error(e, "destination"))?;
+        let d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
         if d.status != DestinationStatus::Active {
             return Err(ConsoleError::Invalid(
                 "This destination is inactive: re-enable it first, then send its failed deliveries again.".into(),
@@ -210,12 +256,20 @@ impl Backend {
         tracing::info!(destination.id = %d.id, resent, remaining, "console: sent failed deliveries again");
         let mut message = format!("Sent again {resent} failed deliveries of {}.", d.url);
         if remaining > 0 {
-            message.push_str(&format!(" {remaining} remain: press “Send again all failed” again to go on."));
+            message.push_str(&format!(
+                " {remaining} remain: press “Send again all failed” again to go on."
+            ));
         }
-        Ok(Notice::new(message).with_link("See them", format!("/deliveries?destination={}&space={}", d.id, d.space_id)))
+        Ok(Notice::new(message).with_link(
+            "See them",
+            format!("/deliveries?destination={}&space={}", d.id, d.space_id),
+        ))
     }
 
-    pub(super) async fn mark_notifications_read(&self, id: Option<&str>) -> Result<Notice, ConsoleError> {
+    pub(super) async fn mark_notifications_read(
+        &self,
+        id: Option<&str>,
+    ) -> Result<Notice, ConsoleError> {
         let now = now_ms();
         if let Some(id) = id {
             let id: NotificationId = parse_id(id, "notification")?;
@@ -237,7 +291,10 @@ impl Backend {
                 break;
             }
             for n in &unread {
-                self.storage.mark_notification_read(n.id, now).await.map_err(internal)?;
+                self.storage
+                    .mark_notification_read(n.id, now)
+                    .await
+                    .map_err(internal)?;
             }
             marked += unread.len();
         }
@@ -259,25 +316,54 @@ mod tests {
             ..Default::default()
         };
         let ids = chosen(&s);
-        assert_eq!(ids.iter().map(|i| i.to_string()).collect::<Vec<_>>(), vec![a, b]);
+        assert_eq!(
+            ids.iter().map(|i| i.to_string()).collect::<Vec<_>>(),
+            vec![a, b]
+        );
     }
 
     #[test]
     fn outcomes_are_counted_with_their_reasons() {
         let mut t = BulkTotals::default();
         tally(&mut t, Op::Cancel, BulkOutcome::Cancelled);
-        tally(&mut t, Op::Cancel, BulkOutcome::WrongStatus(DeliveryStatus::Sending));
-        tally(&mut t, Op::Cancel, BulkOutcome::WrongStatus(DeliveryStatus::Succeeded));
-        tally(&mut t, Op::Resend, BulkOutcome::WrongStatus(DeliveryStatus::Pending));
+        tally(
+            &mut t,
+            Op::Cancel,
+            BulkOutcome::WrongStatus(DeliveryStatus::Sending),
+        );
+        tally(
+            &mut t,
+            Op::Cancel,
+            BulkOutcome::WrongStatus(DeliveryStatus::Succeeded),
+        );
+        tally(
+            &mut t,
+            Op::Resend,
+            BulkOutcome::WrongStatus(DeliveryStatus::Pending),
+        );
         tally(&mut t, Op::Resend, BulkOutcome::DestinationInactive);
         tally(&mut t, Op::Resend, BulkOutcome::Resent(DeliveryId::new()));
-        assert_eq!((t.cancelled, t.sending, t.finished, t.unfinished, t.inactive, t.resent), (1, 1, 1, 1, 1, 1));
+        assert_eq!(
+            (
+                t.cancelled,
+                t.sending,
+                t.finished,
+                t.unfinished,
+                t.inactive,
+                t.resent
+            ),
+            (1, 1, 1, 1, 1, 1)
+        );
         assert!(t.summary("resend").starts_with("Sent again 1. Skipped 4:"));
     }
 
     #[test]
     fn a_filter_reads_as_words() {
-        let q = DeliveryQuery { status: "failed".into(), error_class: "timeout".into(), ..Default::default() };
+        let q = DeliveryQuery {
+            status: "failed".into(),
+            error_class: "timeout".into(),
+            ..Default::default()
+        };
         assert_eq!(describe(&q), "status failed, error class timeout");
     }
 }

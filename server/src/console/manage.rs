@@ -41,7 +41,9 @@ pub(super) fn user_error(e: anyhow::Error) -> ConsoleError {
 
 fn capitalise(s: &str) -> String {
     let mut c = s.chars();
-    c.next().map(|f| f.to_uppercase().chain(c).collect()).unwrap_or_default()
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 /// Checks the console's destination form and makes the destination.
@@ -49,8 +51,13 @@ pub fn destination_from_form(f: &NewDestination, now: UnixMs) -> Result<Destinat
     let space_id: SpaceId = parse_id(&f.space, "space")?;
     let url = f.url.trim();
     let parsed = url::Url::parse(url).map_err(|_| invalid(format!("{url:?} is not a URL.")))?;
-    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none_or(str::is_empty) || url.len() > 2048 {
-        return Err(invalid("The URL must be http(s)://host/…, at most 2048 characters."));
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.host_str().is_none_or(str::is_empty)
+        || url.len() > 2048
+    {
+        return Err(invalid(
+            "The URL must be http(s)://host/…, at most 2048 characters.",
+        ));
     }
     let types: Vec<String> = f
         .event_types
@@ -61,9 +68,13 @@ pub fn destination_from_form(f: &NewDestination, now: UnixMs) -> Result<Destinat
         .collect();
     for t in &types {
         let ok = t == "*"
-            || (t.len() <= 100 && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')));
+            || (t.len() <= 100
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')));
         if !ok {
-            return Err(invalid(format!("{t:?} is not an event type: use A-Z a-z 0-9 . _ : -")));
+            return Err(invalid(format!(
+                "{t:?} is not an event type: use A-Z a-z 0-9 . _ : -"
+            )));
         }
     }
     if types.len() > 100 {
@@ -72,7 +83,10 @@ pub fn destination_from_form(f: &NewDestination, now: UnixMs) -> Result<Destinat
     let number = |v: &str, what: &str| -> Result<Option<i64>, ConsoleError> {
         match v.trim() {
             "" => Ok(None),
-            v => v.parse().map(Some).map_err(|_| invalid(format!("{what} must be a number."))),
+            v => v
+                .parse()
+                .map(Some)
+                .map_err(|_| invalid(format!("{what} must be a number."))),
         }
     };
     let max_attempts = number(&f.max_attempts, "Max attempts")?;
@@ -80,17 +94,24 @@ pub fn destination_from_form(f: &NewDestination, now: UnixMs) -> Result<Destinat
     if !(1..=60).contains(&timeout) {
         return Err(invalid("The timeout must be 1 to 60 seconds."));
     }
-    let preset = if f.preset.trim().is_empty() { "partyflow" } else { f.preset.trim() };
+    let preset = if f.preset.trim().is_empty() {
+        "partyflow"
+    } else {
+        f.preset.trim()
+    };
     let policy = RetryPolicy::parse(Some(&serde_json::json!({ "preset": preset })), max_attempts)
         .map_err(|e| invalid(format!("Retry policy: {e}.")))?;
-    let rate_limit = match number(&f.rate_count, "The rate limit")? {
-        None => None,
-        Some(n) if (1..=1_000_000).contains(&n) => Some(RateLimit {
-            count: n as u32,
-            period: f.rate_period.trim().parse().map_err(|_| invalid("The rate limit period must be second, minute or hour."))?,
-        }),
-        Some(_) => return Err(invalid("The rate limit must be 1 to 1000000.")),
-    };
+    let rate_limit =
+        match number(&f.rate_count, "The rate limit")? {
+            None => None,
+            Some(n) if (1..=1_000_000).contains(&n) => Some(RateLimit {
+                count: n as u32,
+                period: f.rate_period.trim().parse().map_err(|_| {
+                    invalid("The rate limit period must be second, minute or hour.")
+                })?,
+            }),
+            Some(_) => return Err(invalid("The rate limit must be 1 to 1000000.")),
+        };
     let description = f.description.trim();
     if description.chars().count() > 1000 {
         return Err(invalid("The description may have at most 1000 characters."));
@@ -119,14 +140,26 @@ pub fn destination_from_form(f: &NewDestination, now: UnixMs) -> Result<Destinat
 }
 
 impl Backend {
-    pub(super) async fn destination_status(&self, actor: &SessionUser, id: &str, active: bool) -> Result<Notice, ConsoleError> {
+    pub(super) async fn destination_status(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+        active: bool,
+    ) -> Result<Notice, ConsoleError> {
         let id: DestinationId = parse_id(id, "destination")?;
-        let d = self.storage.get_destination_by_id(id).await.map_err(|e| storage_error(e, "destination"))?;
+        let d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
         let paused = self.storage.count_paused(d.id).await.map_err(internal)?;
         let (status, reason) = if active {
             (DestinationStatus::Active, None)
         } else {
-            (DestinationStatus::Inactive, Some(format!("disabled in the console by {}", actor.email)))
+            (
+                DestinationStatus::Inactive,
+                Some(format!("disabled in the console by {}", actor.email)),
+            )
         };
         self.storage
             .set_destination_status(d.space_id, d.id, status, reason.as_deref(), now_ms())
@@ -135,7 +168,10 @@ impl Backend {
         tracing::info!(destination.id = %d.id, user.id = %actor.id, active, "console: destination status changed");
         if active {
             self.wake.notify_one();
-            Ok(Notice::new(format!("Re-enabled {}: {paused} paused deliveries resume.", d.url)))
+            Ok(Notice::new(format!(
+                "Re-enabled {}: {paused} paused deliveries resume.",
+                d.url
+            )))
         } else {
             Ok(Notice::new(format!(
                 "Disabled {}: new events are skipped and waiting deliveries are paused until it is re-enabled.",
@@ -146,8 +182,14 @@ impl Backend {
 
     pub(super) async fn new_destination(&self, f: &NewDestination) -> Result<Notice, ConsoleError> {
         let d = destination_from_form(f, now_ms())?;
-        self.storage.get_space(d.space_id).await.map_err(|e| storage_error(e, "space"))?;
-        self.storage.create_destination(&d).await.map_err(|e| storage_error(e, "destination"))?;
+        self.storage
+            .get_space(d.space_id)
+            .await
+            .map_err(|e| storage_error(e, "space"))?;
+        self.storage
+            .create_destination(&d)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
         Ok(Notice::new(format!("Created the destination {}.", d.url))
             .with_secret("Signing secret", d.secret.clone())
             .with_link("Open it", format!("/destinations/{}", d.id)))
@@ -155,34 +197,70 @@ impl Backend {
 
     pub(super) async fn rotate(&self, id: &str) -> Result<Notice, ConsoleError> {
         let id: DestinationId = parse_id(id, "destination")?;
-        let mut d = self.storage.get_destination_by_id(id).await.map_err(|e| storage_error(e, "destination"))?;
+        let mut d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
         let now = now_ms();
         d.previous_secret = Some(std::mem::replace(&mut d.secret, signing::new_secret()));
         d.previous_secret_expires_at = Some(now + ROTATION_OVERLAP_MS);
         d.updated_at = now;
-        self.storage.update_destination(&d).await.map_err(|e| storage_error(e, "destination"))?;
-        Ok(Notice::new("Rotated the signing secret; the previous one keeps signing for 24 hours.")
-            .with_secret("New signing secret", d.secret.clone()))
+        self.storage
+            .update_destination(&d)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
+        Ok(
+            Notice::new("Rotated the signing secret; the previous one keeps signing for 24 hours.")
+                .with_secret("New signing secret", d.secret.clone()),
+        )
     }
 
-    pub(super) async fn incoming_status(&self, id: &str, active: bool) -> Result<Notice, ConsoleError> {
+    pub(super) async fn incoming_status(
+        &self,
+        id: &str,
+        active: bool,
+    ) -> Result<Notice, ConsoleError> {
         let id: IncomingWebhookId = parse_id(id, "incoming webhook")?;
-        let w = self.storage.get_incoming_webhook(id).await.map_err(|e| storage_error(e, "incoming webhook"))?;
-        let status = if active { IncomingWebhookStatus::Active } else { IncomingWebhookStatus::Disabled };
+        let w = self
+            .storage
+            .get_incoming_webhook(id)
+            .await
+            .map_err(|e| storage_error(e, "incoming webhook"))?;
+        let status = if active {
+            IncomingWebhookStatus::Active
+        } else {
+            IncomingWebhookStatus::Disabled
+        };
         self.storage
             .set_incoming_webhook_status(w.space_id, w.id, status, now_ms())
             .await
             .map_err(|e| storage_error(e, "incoming webhook"))?;
         Ok(Notice::new(if active {
-            format!("Re-enabled the incoming webhook “{}”: senders are accepted again.", w.name)
+            format!(
+                "Re-enabled the incoming webhook “{}”: senders are accepted again.",
+                w.name
+            )
         } else {
-            format!("Disabled the incoming webhook “{}”: senders get 410 Gone.", w.name)
+            format!(
+                "Disabled the incoming webhook “{}”: senders get 410 Gone.",
+                w.name
+            )
         }))
     }
 
-    pub(super) async fn new_incoming_webhook(&self, channel: &str, name_: &str, origin: &str) -> Result<Notice, ConsoleError> {
+    pub(super) async fn new_incoming_webhook(
+        &self,
+        channel: &str,
+        name_: &str,
+        origin: &str,
+    ) -> Result<Notice, ConsoleError> {
         let channel_id: ChannelId = parse_id(channel, "channel")?;
-        let channel = self.storage.get_channel_any_space(channel_id).await.map_err(|e| storage_error(e, "channel"))?;
+        let channel = self
+            .storage
+            .get_channel_any_space(channel_id)
+            .await
+            .map_err(|e| storage_error(e, "channel"))?;
         let name = name(name_, "webhook name", 100)?;
         let token = auth::new_token("pfh");
         let now = now_ms();
@@ -199,16 +277,26 @@ impl Backend {
             updated_at: now,
             disabled_at: None,
         };
-        self.storage.create_incoming_webhook(&w).await.map_err(|e| storage_error(e, "incoming webhook"))?;
+        self.storage
+            .create_incoming_webhook(&w)
+            .await
+            .map_err(|e| storage_error(e, "incoming webhook"))?;
         let origin = origin.trim_end_matches('/');
-        Ok(Notice::new(format!("Created the incoming webhook “{}” for #{}.", w.name, channel.name))
-            .with_secret("URL", format!("{origin}/hooks/{}/{token}", w.id))
-            .with_secret("Token", token))
+        Ok(Notice::new(format!(
+            "Created the incoming webhook “{}” for #{}.",
+            w.name, channel.name
+        ))
+        .with_secret("URL", format!("{origin}/hooks/{}/{token}", w.id))
+        .with_secret("Token", token))
     }
 
     pub(super) async fn space_detail(&self, id: &str) -> Result<SpaceDetail, ConsoleError> {
         let id: SpaceId = parse_id(id, "space")?;
-        let space = self.storage.get_space(id).await.map_err(|e| storage_error(e, "space"))?;
+        let space = self
+            .storage
+            .get_space(id)
+            .await
+            .map_err(|e| storage_error(e, "space"))?;
         let channels = self.storage.list_channels(id).await.map_err(internal)?;
         let bots = self.storage.list_bots(id).await.map_err(internal)?;
         let keys = self.storage.list_api_keys(id).await.map_err(internal)?;
@@ -216,11 +304,20 @@ impl Backend {
             space: views::space(&space),
             channels: channels
                 .iter()
-                .map(|c| ChannelView { id: c.id.to_string(), name: c.name.clone(), created_at: c.created_at })
+                .map(|c| ChannelView {
+                    id: c.id.to_string(),
+                    name: c.name.clone(),
+                    created_at: c.created_at,
+                })
                 .collect(),
             bots: bots
                 .iter()
-                .map(|b| BotView { id: b.id.to_string(), name: b.name.clone(), created_at: b.created_at, revoked_at: b.revoked_at })
+                .map(|b| BotView {
+                    id: b.id.to_string(),
+                    name: b.name.clone(),
+                    created_at: b.created_at,
+                    revoked_at: b.revoked_at,
+                })
                 .collect(),
             api_keys: keys
                 .iter()
@@ -238,20 +335,44 @@ impl Backend {
 
     pub(super) async fn new_space(&self, name_: &str, plan: &str) -> Result<Notice, ConsoleError> {
         let name = name(name_, "space name", 200)?;
-        let plan: Plan = plan.trim().parse().map_err(|e: InvalidValue| invalid(e.to_string()))?;
-        let created = crate::admin::create_space(self.storage.as_ref(), &name, plan).await.map_err(internal)?;
-        Ok(Notice::new(format!("Created the space {} ({} plan) with a first API key.", created.space.name, plan.as_str()))
-            .with_secret("API key", created.api_key)
-            .with_link("Open the space", format!("/spaces/{}", created.space.id)))
+        let plan: Plan = plan
+            .trim()
+            .parse()
+            .map_err(|e: InvalidValue| invalid(e.to_string()))?;
+        let created = crate::admin::create_space(self.storage.as_ref(), &name, plan)
+            .await
+            .map_err(internal)?;
+        Ok(Notice::new(format!(
+            "Created the space {} ({} plan) with a first API key.",
+            created.space.name,
+            plan.as_str()
+        ))
+        .with_secret("API key", created.api_key)
+        .with_link("Open the space", format!("/spaces/{}", created.space.id)))
     }
 
-    pub(super) async fn new_channel(&self, space: &str, name_: &str) -> Result<Notice, ConsoleError> {
+    pub(super) async fn new_channel(
+        &self,
+        space: &str,
+        name_: &str,
+    ) -> Result<Notice, ConsoleError> {
         let space_id: SpaceId = parse_id(space, "space")?;
         let name = name(name_.trim_start_matches('#'), "channel name", 80)?;
-        let channel = Channel { id: ChannelId::new(), space_id, name, created_at: now_ms() };
+        let channel = Channel {
+            id: ChannelId::new(),
+            space_id,
+            name,
+            created_at: now_ms(),
+        };
         match self.storage.create_channel(&channel).await {
-            Ok(()) => Ok(Notice::new(format!("Created the channel #{}.", channel.name))),
-            Err(StorageError::Conflict(_)) => Err(invalid(format!("A channel named #{} exists already.", channel.name))),
+            Ok(()) => Ok(Notice::new(format!(
+                "Created the channel #{}.",
+                channel.name
+            ))),
+            Err(StorageError::Conflict(_)) => Err(invalid(format!(
+                "A channel named #{} exists already.",
+                channel.name
+            ))),
             Err(e) => Err(storage_error(e, "space")),
         }
     }
@@ -268,18 +389,28 @@ impl Backend {
             created_at: now_ms(),
             revoked_at: None,
         };
-        self.storage.create_bot(&bot).await.map_err(|e| storage_error(e, "bot"))?;
+        self.storage
+            .create_bot(&bot)
+            .await
+            .map_err(|e| storage_error(e, "bot"))?;
         Ok(Notice::new(format!("Created the bot {}.", bot.name)).with_secret("Bot token", token))
     }
 
     pub(super) async fn bot_revoke(&self, space: &str, id: &str) -> Result<Notice, ConsoleError> {
         let space_id: SpaceId = parse_id(space, "space")?;
         let id: BotId = parse_id(id, "bot")?;
-        self.storage.revoke_bot(space_id, id, now_ms()).await.map_err(|e| storage_error(e, "bot"))?;
+        self.storage
+            .revoke_bot(space_id, id, now_ms())
+            .await
+            .map_err(|e| storage_error(e, "bot"))?;
         Ok(Notice::new("Revoked the bot's token."))
     }
 
-    pub(super) async fn new_api_key(&self, space: &str, name_: &str) -> Result<Notice, ConsoleError> {
+    pub(super) async fn new_api_key(
+        &self,
+        space: &str,
+        name_: &str,
+    ) -> Result<Notice, ConsoleError> {
         let space_id: SpaceId = parse_id(space, "space")?;
         let name = name(name_, "key name", 100)?;
         let key = auth::new_token("pfk");
@@ -296,22 +427,46 @@ impl Backend {
             .create_api_key(&record, &auth::hash_token(&key))
             .await
             .map_err(|e| storage_error(e, "space"))?;
-        Ok(Notice::new(format!("Created the API key {}.", record.name)).with_secret("API key", key))
+        Ok(
+            Notice::new(format!("Created the API key {}.", record.name))
+                .with_secret("API key", key),
+        )
     }
 
-    pub(super) async fn api_key_revoke(&self, space: &str, id: &str) -> Result<Notice, ConsoleError> {
+    pub(super) async fn api_key_revoke(
+        &self,
+        space: &str,
+        id: &str,
+    ) -> Result<Notice, ConsoleError> {
         let space_id: SpaceId = parse_id(space, "space")?;
         let id: ApiKeyId = parse_id(id, "API key")?;
-        self.storage.revoke_api_key(space_id, id, now_ms()).await.map_err(|e| storage_error(e, "API key"))?;
-        Ok(Notice::new("Revoked the API key; calls with it are refused from now on."))
+        self.storage
+            .revoke_api_key(space_id, id, now_ms())
+            .await
+            .map_err(|e| storage_error(e, "API key"))?;
+        Ok(Notice::new(
+            "Revoked the API key; calls with it are refused from now on.",
+        ))
     }
 
-    pub(super) async fn new_user(&self, email: &str, password: &str, role: &str) -> Result<Notice, ConsoleError> {
-        let role: Role = role.trim().parse().map_err(|e: InvalidValue| invalid(e.to_string()))?;
+    pub(super) async fn new_user(
+        &self,
+        email: &str,
+        password: &str,
+        role: &str,
+    ) -> Result<Notice, ConsoleError> {
+        let role: Role = role
+            .trim()
+            .parse()
+            .map_err(|e: InvalidValue| invalid(e.to_string()))?;
         let user = crate::admin::create_user(self.storage.as_ref(), email, password, role)
             .await
             .map_err(user_error)?;
-        Ok(Notice::new(format!("Created {} ({}).", user.email, user.role.as_str())))
+        Ok(Notice::new(format!(
+            "Created {} ({}).",
+            user.email,
+            user.role.as_str()
+        )))
     }
 }
 
@@ -320,7 +475,11 @@ mod tests {
     use super::*;
 
     fn form(url: &str) -> NewDestination {
-        NewDestination { space: SpaceId::new().to_string(), url: url.into(), ..Default::default() }
+        NewDestination {
+            space: SpaceId::new().to_string(),
+            url: url.into(),
+            ..Default::default()
+        }
     }
 
     #[test]

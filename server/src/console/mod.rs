@@ -46,8 +46,16 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(storage: Arc<dyn Storage>, wake: Arc<tokio::sync::Notify>, config: Arc<crate::config::Config>) -> Self {
-        Self { storage, wake, config }
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        wake: Arc<tokio::sync::Notify>,
+        config: Arc<crate::config::Config>,
+    ) -> Self {
+        Self {
+            storage,
+            wake,
+            config,
+        }
     }
 }
 
@@ -65,7 +73,11 @@ pub fn require_role(actor: &SessionUser, need: Role) -> Result<(), ConsoleError>
 }
 
 fn session_user(u: &User) -> SessionUser {
-    SessionUser { id: u.id.to_string(), email: u.email.clone(), role: u.role.as_str().to_owned() }
+    SessionUser {
+        id: u.id.to_string(),
+        email: u.email.clone(),
+        role: u.role.as_str().to_owned(),
+    }
 }
 
 fn internal(err: impl std::fmt::Display) -> ConsoleError {
@@ -77,14 +89,18 @@ fn internal(err: impl std::fmt::Display) -> ConsoleError {
 fn storage_error(err: StorageError, what: &str) -> ConsoleError {
     match err {
         StorageError::NotFound => ConsoleError::NotFound(what.to_owned()),
-        StorageError::Conflict(_) => ConsoleError::Invalid(format!("{what} conflicts with an existing one")),
+        StorageError::Conflict(_) => {
+            ConsoleError::Invalid(format!("{what} conflicts with an existing one"))
+        }
         other => internal(other),
     }
 }
 
 /// Parses an ID from a form or URL; a malformed one is simply not found.
 fn parse_id<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, ConsoleError> {
-    s.trim().parse().map_err(|_| ConsoleError::NotFound(format!("{what} {s:?}")))
+    s.trim()
+        .parse()
+        .map_err(|_| ConsoleError::NotFound(format!("{what} {s:?}")))
 }
 
 #[async_trait::async_trait]
@@ -94,7 +110,11 @@ impl ConsoleBackend for Backend {
         // Failed sign-ins are counted per email in the database, so the limit holds across instances.
         let key = format!("console-login:{email}");
         let now = now_ms();
-        let failures = self.storage.count_rate_events(&key, LOGIN_WINDOW_MS, now).await.map_err(internal)?;
+        let failures = self
+            .storage
+            .count_rate_events(&key, LOGIN_WINDOW_MS, now)
+            .await
+            .map_err(internal)?;
         if failures >= LOGIN_FAILURES_ALLOWED {
             tracing::warn!("console sign-in throttled");
             return Err(ConsoleError::Throttled);
@@ -113,7 +133,10 @@ impl ConsoleBackend for Backend {
                     .map_err(internal)?
             }
             None => {
-                let _ = tokio::task::spawn_blocking(move || auth::verify_password_against_nothing(&password)).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    auth::verify_password_against_nothing(&password)
+                })
+                .await;
                 false
             }
         };
@@ -134,7 +157,9 @@ impl ConsoleBackend for Backend {
     }
 
     async fn user(&self, id: &str) -> Result<Option<SessionUser>, ConsoleError> {
-        let Ok(id) = id.parse::<UserId>() else { return Ok(None) };
+        let Ok(id) = id.parse::<UserId>() else {
+            return Ok(None);
+        };
         match self.storage.get_user(id).await {
             Ok(u) if u.disabled_at.is_none() => Ok(Some(session_user(&u))),
             Ok(_) | Err(StorageError::NotFound) => Ok(None),
@@ -146,10 +171,16 @@ impl ConsoleBackend for Backend {
         Ok(self.storage.count_users().await.map_err(internal)? == 0)
     }
 
-    async fn create_first_admin(&self, email: &str, password: &str) -> Result<SessionUser, ConsoleError> {
+    async fn create_first_admin(
+        &self,
+        email: &str,
+        password: &str,
+    ) -> Result<SessionUser, ConsoleError> {
         if !self.needs_setup().await? {
             tracing::warn!("refused first-run setup: users exist");
-            return Err(ConsoleError::Invalid("The console is set up already; sign in instead.".into()));
+            return Err(ConsoleError::Invalid(
+                "The console is set up already; sign in instead.".into(),
+            ));
         }
         let user = crate::admin::create_user(self.storage.as_ref(), email, password, Role::Admin)
             .await
@@ -159,12 +190,22 @@ impl ConsoleBackend for Backend {
 
     async fn unread_count(&self, actor: &SessionUser) -> Result<i64, ConsoleError> {
         require_role(actor, Role::Support)?;
-        self.storage.count_unread_notifications().await.map_err(internal)
+        self.storage
+            .count_unread_notifications()
+            .await
+            .map_err(internal)
     }
 
     async fn spaces(&self, actor: &SessionUser) -> Result<Vec<SpaceView>, ConsoleError> {
         require_role(actor, Role::Support)?;
-        Ok(self.storage.list_spaces().await.map_err(internal)?.iter().map(views::space).collect())
+        Ok(self
+            .storage
+            .list_spaces()
+            .await
+            .map_err(internal)?
+            .iter()
+            .map(views::space)
+            .collect())
     }
 
     async fn overview(&self, actor: &SessionUser, window: &str) -> Result<Overview, ConsoleError> {
@@ -172,37 +213,66 @@ impl ConsoleBackend for Backend {
         self.overview_of(window).await
     }
 
-    async fn deliveries(&self, actor: &SessionUser, query: &DeliveryQuery) -> Result<DeliveryPage, ConsoleError> {
+    async fn deliveries(
+        &self,
+        actor: &SessionUser,
+        query: &DeliveryQuery,
+    ) -> Result<DeliveryPage, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.delivery_page(query).await
     }
 
-    async fn delivery(&self, actor: &SessionUser, id: &str) -> Result<DeliveryDetail, ConsoleError> {
+    async fn delivery(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+    ) -> Result<DeliveryDetail, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.delivery_detail(id).await
     }
 
-    async fn destinations(&self, actor: &SessionUser, space: &str) -> Result<Vec<DestinationView>, ConsoleError> {
+    async fn destinations(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+    ) -> Result<Vec<DestinationView>, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.destination_list(space).await
     }
 
-    async fn destination(&self, actor: &SessionUser, id: &str) -> Result<DestinationDetail, ConsoleError> {
+    async fn destination(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+    ) -> Result<DestinationDetail, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.destination_detail(id, actor.is_admin()).await
     }
 
-    async fn incoming_webhooks(&self, actor: &SessionUser, space: &str) -> Result<IncomingPage, ConsoleError> {
+    async fn incoming_webhooks(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+    ) -> Result<IncomingPage, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.incoming_list(space).await
     }
 
-    async fn notifications(&self, actor: &SessionUser, unread_only: bool, before: &str) -> Result<NotificationPage, ConsoleError> {
+    async fn notifications(
+        &self,
+        actor: &SessionUser,
+        unread_only: bool,
+        before: &str,
+    ) -> Result<NotificationPage, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.notification_page(unread_only, before).await
     }
 
-    async fn bulk_preview(&self, actor: &SessionUser, selection: &BulkSelection) -> Result<BulkPreview, ConsoleError> {
+    async fn bulk_preview(
+        &self,
+        actor: &SessionUser,
+        selection: &BulkSelection,
+    ) -> Result<BulkPreview, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.preview(selection).await
     }
@@ -220,22 +290,39 @@ impl ConsoleBackend for Backend {
         self.run_bulk(selection, cursor, totals, expected).await
     }
 
-    async fn resend_failed(&self, actor: &SessionUser, destination: &str) -> Result<Notice, ConsoleError> {
+    async fn resend_failed(
+        &self,
+        actor: &SessionUser,
+        destination: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.resend_all_failed(destination).await
     }
 
-    async fn mark_read(&self, actor: &SessionUser, id: Option<&str>) -> Result<Notice, ConsoleError> {
+    async fn mark_read(
+        &self,
+        actor: &SessionUser,
+        id: Option<&str>,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Support)?;
         self.mark_notifications_read(id).await
     }
 
-    async fn set_destination_active(&self, actor: &SessionUser, id: &str, active: bool) -> Result<Notice, ConsoleError> {
+    async fn set_destination_active(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+        active: bool,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.destination_status(actor, id, active).await
     }
 
-    async fn create_destination(&self, actor: &SessionUser, form: &NewDestination) -> Result<Notice, ConsoleError> {
+    async fn create_destination(
+        &self,
+        actor: &SessionUser,
+        form: &NewDestination,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_destination(form).await
     }
@@ -245,7 +332,12 @@ impl ConsoleBackend for Backend {
         self.rotate(id).await
     }
 
-    async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> Result<Notice, ConsoleError> {
+    async fn set_incoming_active(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+        active: bool,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.incoming_status(id, active).await
     }
@@ -266,42 +358,85 @@ impl ConsoleBackend for Backend {
         self.space_detail(id).await
     }
 
-    async fn create_space(&self, actor: &SessionUser, name: &str, plan: &str) -> Result<Notice, ConsoleError> {
+    async fn create_space(
+        &self,
+        actor: &SessionUser,
+        name: &str,
+        plan: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_space(name, plan).await
     }
 
-    async fn create_channel(&self, actor: &SessionUser, space: &str, name: &str) -> Result<Notice, ConsoleError> {
+    async fn create_channel(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        name: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_channel(space, name).await
     }
 
-    async fn create_bot(&self, actor: &SessionUser, space: &str, name: &str) -> Result<Notice, ConsoleError> {
+    async fn create_bot(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        name: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_bot(space, name).await
     }
 
-    async fn revoke_bot(&self, actor: &SessionUser, space: &str, id: &str) -> Result<Notice, ConsoleError> {
+    async fn revoke_bot(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        id: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.bot_revoke(space, id).await
     }
 
-    async fn create_api_key(&self, actor: &SessionUser, space: &str, name: &str) -> Result<Notice, ConsoleError> {
+    async fn create_api_key(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        name: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_api_key(space, name).await
     }
 
-    async fn revoke_api_key(&self, actor: &SessionUser, space: &str, id: &str) -> Result<Notice, ConsoleError> {
+    async fn revoke_api_key(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        id: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.api_key_revoke(space, id).await
     }
 
     async fn users(&self, actor: &SessionUser) -> Result<Vec<UserView>, ConsoleError> {
         require_role(actor, Role::Admin)?;
-        Ok(self.storage.list_users().await.map_err(internal)?.iter().map(views::user).collect())
+        Ok(self
+            .storage
+            .list_users()
+            .await
+            .map_err(internal)?
+            .iter()
+            .map(views::user)
+            .collect())
     }
 
-    async fn create_user(&self, actor: &SessionUser, email: &str, password: &str, role: &str) -> Result<Notice, ConsoleError> {
+    async fn create_user(
+        &self,
+        actor: &SessionUser,
+        email: &str,
+        password: &str,
+        role: &str,
+    ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_user(email, password, role).await
     }
@@ -318,7 +453,12 @@ fn is_public(path: &str) -> bool {
 }
 
 /// Sends anyone not signed in to `/login?next=…` before a console page renders.
-pub async fn require_login(State(state): State<AppState>, session: Session, req: Request, next: Next) -> Response {
+pub async fn require_login(
+    State(state): State<AppState>,
+    session: Session,
+    req: Request,
+    next: Next,
+) -> Response {
     let path = req.uri().path().to_owned();
     if is_public(&path) {
         return next.run(req).await;
@@ -331,7 +471,11 @@ pub async fn require_login(State(state): State<AppState>, session: Session, req:
     if signed_in {
         next.run(req).await
     } else {
-        let target = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let target = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/");
         let encoded: String = form_urlencoded::byte_serialize(target.as_bytes()).collect();
         Redirect::to(&format!("/login?next={encoded}")).into_response()
     }
@@ -342,15 +486,25 @@ mod tests {
     use super::*;
 
     fn user(role: &str) -> SessionUser {
-        SessionUser { id: "usr_x".into(), email: "x@example.com".into(), role: role.into() }
+        SessionUser {
+            id: "usr_x".into(),
+            email: "x@example.com".into(),
+            role: role.into(),
+        }
     }
 
     #[test]
     fn support_may_read_and_resend_but_not_change_settings() {
         assert!(require_role(&user("support"), Role::Support).is_ok());
-        assert_eq!(require_role(&user("support"), Role::Admin), Err(ConsoleError::Forbidden));
+        assert_eq!(
+            require_role(&user("support"), Role::Admin),
+            Err(ConsoleError::Forbidden)
+        );
         assert!(require_role(&user("admin"), Role::Admin).is_ok());
         assert!(require_role(&user("admin"), Role::Support).is_ok());
-        assert_eq!(require_role(&user("root"), Role::Support), Err(ConsoleError::Forbidden));
+        assert_eq!(
+            require_role(&user("root"), Role::Support),
+            Err(ConsoleError::Forbidden)
+        );
     }
 }

@@ -43,7 +43,12 @@ fn stats(
     bucket_ms: i64,
     count: i64,
 ) -> (Vec<Bucket>, Vec<(String, i64)>) {
-    let mut buckets: Vec<Bucket> = (0..count).map(|i| Bucket { start: since + i * bucket_ms, ..Default::default() }).collect();
+    let mut buckets: Vec<Bucket> = (0..count)
+        .map(|i| Bucket {
+            start: since + i * bucket_ms,
+            ..Default::default()
+        })
+        .collect();
     let mut classes: HashMap<ErrorClass, i64> = HashMap::new();
     for (_, start, status, class, n) in rows {
         let i = (start - since).div_euclid(bucket_ms);
@@ -54,7 +59,10 @@ fn stats(
             *classes.entry(*class).or_default() += n;
         }
     }
-    let mut classes: Vec<(String, i64)> = classes.into_iter().map(|(c, n)| (c.as_str().to_owned(), n)).collect();
+    let mut classes: Vec<(String, i64)> = classes
+        .into_iter()
+        .map(|(c, n)| (c.as_str().to_owned(), n))
+        .collect();
     classes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     (buckets, classes)
 }
@@ -64,9 +72,17 @@ impl Backend {
         let (name, bucket_ms, count) = window(window_name);
         let now = now_ms();
         let since = (now.div_euclid(bucket_ms) - (count - 1)) * bucket_ms;
-        let rows = self.storage.delivery_histogram(None, since, bucket_ms).await.map_err(internal)?;
+        let rows = self
+            .storage
+            .delivery_histogram(None, since, bucket_ms)
+            .await
+            .map_err(internal)?;
         let backlog = self.storage.delivery_backlog().await.map_err(internal)?;
-        let failing = self.storage.failing_destinations(FAILING_COUNTED).await.map_err(internal)?;
+        let failing = self
+            .storage
+            .failing_destinations(FAILING_COUNTED)
+            .await
+            .map_err(internal)?;
         let spaces = self.space_names().await?;
 
         let (buckets, classes) = stats(&rows, since, bucket_ms, count);
@@ -93,7 +109,8 @@ impl Backend {
                 name: space.name.clone(),
                 buckets,
                 error_classes: classes,
-                failing_destinations: failing.iter().filter(|d| d.space_id == space.id).count() as i64,
+                failing_destinations: failing.iter().filter(|d| d.space_id == space.id).count()
+                    as i64,
                 ..Default::default()
             };
             if let Some((_, waiting, paused, sending)) = backlog.iter().find(|b| b.0 == space.id) {
@@ -102,13 +119,18 @@ impl Backend {
             per_space.push(s);
         }
         per_space.sort_by(|a, b| {
-            (b.total().total() + b.waiting).cmp(&(a.total().total() + a.waiting)).then(a.name.cmp(&b.name))
+            (b.total().total() + b.waiting)
+                .cmp(&(a.total().total() + a.waiting))
+                .then(a.name.cmp(&b.name))
         });
         per_space.truncate(SPACES_SHOWN);
 
         let mut failing_views = Vec::new();
         for d in failing.iter().take(FAILING_SHOWN) {
-            let name = spaces.get(&d.space_id).map(|s| s.name.as_str()).unwrap_or("");
+            let name = spaces
+                .get(&d.space_id)
+                .map(|s| s.name.as_str())
+                .unwrap_or("");
             failing_views.push(self.destination_view(d, name).await?);
         }
         Ok(Overview {
@@ -118,7 +140,11 @@ impl Backend {
             overall,
             spaces: per_space,
             failing: failing_views,
-            unread: self.storage.count_unread_notifications().await.map_err(internal)?,
+            unread: self
+                .storage
+                .count_unread_notifications()
+                .await
+                .map_err(internal)?,
         })
     }
 }
@@ -133,7 +159,13 @@ mod tests {
         let rows = vec![
             (s, 60_000, DeliveryStatus::Succeeded, None, 5),
             (s, 60_000, DeliveryStatus::Failed, Some(ErrorClass::Http), 2),
-            (s, 180_000, DeliveryStatus::Retrying, Some(ErrorClass::Timeout), 3),
+            (
+                s,
+                180_000,
+                DeliveryStatus::Retrying,
+                Some(ErrorClass::Timeout),
+                3,
+            ),
             (s, 180_000, DeliveryStatus::Pending, None, 1),
             // Outside the window: ignored.
             (s, 900_000, DeliveryStatus::Failed, Some(ErrorClass::Dns), 9),
@@ -145,7 +177,10 @@ mod tests {
         assert_eq!(buckets[3].retrying, 3);
         assert_eq!(buckets[3].waiting, 1);
         assert_eq!(buckets[0].total(), 0);
-        assert_eq!(classes, vec![("timeout".to_owned(), 3), ("http".to_owned(), 2)]);
+        assert_eq!(
+            classes,
+            vec![("timeout".to_owned(), 3), ("http".to_owned(), 2)]
+        );
         let (buckets, _) = stats(&rows, 0, 60_000, 4);
         assert_eq!(buckets.iter().map(Bucket::total).sum::<i64>(), 11);
     }

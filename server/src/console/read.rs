@@ -23,7 +23,9 @@ pub fn filter_of(q: &DeliveryQuery, now: UnixMs) -> Result<DeliveryFilter, Strin
         if v.is_empty() {
             return Ok(None);
         }
-        v.parse().map(Some).map_err(|_| format!("{v:?} is not a valid {what}."))
+        v.parse()
+            .map(Some)
+            .map_err(|_| format!("{v:?} is not a valid {what}."))
     }
     let mut since = None;
     let mut until = None;
@@ -38,10 +40,16 @@ pub fn filter_of(q: &DeliveryQuery, now: UnixMs) -> Result<DeliveryFilter, Strin
         since = Some(now - span);
     }
     if !q.since.trim().is_empty() {
-        since = Some(app::components::parse_utc(&q.since).ok_or_else(|| format!("{:?} is not a date and time.", q.since))?);
+        since = Some(
+            app::components::parse_utc(&q.since)
+                .ok_or_else(|| format!("{:?} is not a date and time.", q.since))?,
+        );
     }
     if !q.until.trim().is_empty() {
-        until = Some(app::components::parse_utc(&q.until).ok_or_else(|| format!("{:?} is not a date and time.", q.until))?);
+        until = Some(
+            app::components::parse_utc(&q.until)
+                .ok_or_else(|| format!("{:?} is not a date and time.", q.until))?,
+        );
     }
     let event_type = q.event_type.trim();
     Ok(DeliveryFilter {
@@ -57,14 +65,31 @@ pub fn filter_of(q: &DeliveryQuery, now: UnixMs) -> Result<DeliveryFilter, Strin
 
 impl Backend {
     pub(super) async fn space_names(&self) -> Result<HashMap<SpaceId, Space>, ConsoleError> {
-        Ok(self.storage.list_spaces().await.map_err(internal)?.into_iter().map(|s| (s.id, s)).collect())
+        Ok(self
+            .storage
+            .list_spaces()
+            .await
+            .map_err(internal)?
+            .into_iter()
+            .map(|s| (s.id, s))
+            .collect())
     }
 
     /// Destinations of one space, or of all of them.
-    pub(super) async fn destinations_of(&self, space: Option<SpaceId>) -> Result<Vec<Destination>, ConsoleError> {
+    pub(super) async fn destinations_of(
+        &self,
+        space: Option<SpaceId>,
+    ) -> Result<Vec<Destination>, ConsoleError> {
         let spaces = match space {
             Some(s) => vec![s],
-            None => self.storage.list_spaces().await.map_err(internal)?.into_iter().map(|s| s.id).collect(),
+            None => self
+                .storage
+                .list_spaces()
+                .await
+                .map_err(internal)?
+                .into_iter()
+                .map(|s| s.id)
+                .collect(),
         };
         let mut out = Vec::new();
         for s in spaces {
@@ -73,21 +98,41 @@ impl Backend {
         Ok(out)
     }
 
-    pub(super) async fn delivery_page(&self, q: &DeliveryQuery) -> Result<DeliveryPage, ConsoleError> {
+    pub(super) async fn delivery_page(
+        &self,
+        q: &DeliveryQuery,
+    ) -> Result<DeliveryPage, ConsoleError> {
         let spaces = self.space_names().await?;
-        let mut space_choices: Vec<Choice> =
-            spaces.values().map(|s| Choice { value: s.id.to_string(), label: s.name.clone() }).collect();
+        let mut space_choices: Vec<Choice> = spaces
+            .values()
+            .map(|s| Choice {
+                value: s.id.to_string(),
+                label: s.name.clone(),
+            })
+            .collect();
         space_choices.sort_by(|a, b| a.label.cmp(&b.label));
         let filter = filter_of(q, now_ms());
         let chosen_space = filter.as_ref().ok().and_then(|f| f.space_id);
         let destinations = self.destinations_of(chosen_space).await?;
-        let urls: HashMap<DestinationId, &str> = destinations.iter().map(|d| (d.id, d.url.as_str())).collect();
-        let space_name = |id: &SpaceId| spaces.get(id).map(|s| s.name.as_str()).unwrap_or("(deleted)");
+        let urls: HashMap<DestinationId, &str> = destinations
+            .iter()
+            .map(|d| (d.id, d.url.as_str()))
+            .collect();
+        let space_name = |id: &SpaceId| {
+            spaces
+                .get(id)
+                .map(|s| s.name.as_str())
+                .unwrap_or("(deleted)")
+        };
         let destination_choices = destinations
             .iter()
             .map(|d| Choice {
                 value: d.id.to_string(),
-                label: if chosen_space.is_some() { d.url.clone() } else { format!("{} ({})", d.url, space_name(&d.space_id)) },
+                label: if chosen_space.is_some() {
+                    d.url.clone()
+                } else {
+                    format!("{} ({})", d.url, space_name(&d.space_id))
+                },
             })
             .collect();
         let mut page = DeliveryPage {
@@ -110,13 +155,22 @@ impl Backend {
         };
         let rows = self
             .storage
-            .list_deliveries(&filter, Page { before, limit: PAGE_SIZE })
+            .list_deliveries(
+                &filter,
+                Page {
+                    before,
+                    limit: PAGE_SIZE,
+                },
+            )
             .await
             .map_err(internal)?;
-        page.next_cursor = (rows.len() as i64 == PAGE_SIZE).then(|| rows.last().map(|d| d.id.to_string())).flatten();
+        page.next_cursor = (rows.len() as i64 == PAGE_SIZE)
+            .then(|| rows.last().map(|d| d.id.to_string()))
+            .flatten();
         let mut extra_urls: HashMap<DestinationId, String> = HashMap::new();
         for d in &rows {
-            if !urls.contains_key(&d.destination_id) && !extra_urls.contains_key(&d.destination_id) {
+            if !urls.contains_key(&d.destination_id) && !extra_urls.contains_key(&d.destination_id)
+            {
                 let url = self
                     .storage
                     .get_destination(d.space_id, d.destination_id)
@@ -142,33 +196,53 @@ impl Backend {
 
     pub(super) async fn delivery_detail(&self, id: &str) -> Result<DeliveryDetail, ConsoleError> {
         let id: DeliveryId = parse_id(id, "delivery")?;
-        let d = self.storage.get_delivery(id).await.map_err(|e| storage_error(e, "delivery"))?;
+        let d = self
+            .storage
+            .get_delivery(id)
+            .await
+            .map_err(|e| storage_error(e, "delivery"))?;
         let space = self.storage.get_space(d.space_id).await.map_err(internal)?;
         let destination = self
             .storage
             .get_destination(d.space_id, d.destination_id)
             .await
             .map_err(|e| storage_error(e, "destination"))?;
-        let event = self.storage.get_event(d.space_id, d.event_id).await.map_err(|e| storage_error(e, "event"))?;
+        let event = self
+            .storage
+            .get_event(d.space_id, d.event_id)
+            .await
+            .map_err(|e| storage_error(e, "event"))?;
         let attempts = self.storage.list_attempts(d.id).await.map_err(internal)?;
         Ok(DeliveryDetail {
             row: views::delivery_row(&d, &space.name, &destination.url),
             webhook_id: d.webhook_id(),
             event_id: d.event_id.to_string(),
-            payload: serde_json::to_string_pretty(&event.payload).unwrap_or_else(|_| event.payload.to_string()),
+            payload: serde_json::to_string_pretty(&event.payload)
+                .unwrap_or_else(|_| event.payload.to_string()),
             destination_status: destination.status.as_str().to_owned(),
             attempts: attempts.iter().map(views::attempt).collect(),
             finished_at: d.finished_at,
         })
     }
 
-    pub(super) async fn destination_view(&self, d: &Destination, space_name: &str) -> Result<DestinationView, ConsoleError> {
+    pub(super) async fn destination_view(
+        &self,
+        d: &Destination,
+        space_name: &str,
+    ) -> Result<DestinationView, ConsoleError> {
         let paused = self.storage.count_paused(d.id).await.map_err(internal)?;
-        let failed = self.storage.count_failed_unresent(d.id).await.map_err(internal)?;
+        let failed = self
+            .storage
+            .count_failed_unresent(d.id)
+            .await
+            .map_err(internal)?;
         Ok(views::destination(d, space_name, paused, failed))
     }
 
-    pub(super) async fn destination_list(&self, space: &str) -> Result<Vec<DestinationView>, ConsoleError> {
+    pub(super) async fn destination_list(
+        &self,
+        space: &str,
+    ) -> Result<Vec<DestinationView>, ConsoleError> {
         let space = match space.trim() {
             "" => None,
             s => Some(parse_id::<SpaceId>(s, "space")?),
@@ -176,15 +250,26 @@ impl Backend {
         let spaces = self.space_names().await?;
         let mut out = Vec::new();
         for d in self.destinations_of(space).await? {
-            let name = spaces.get(&d.space_id).map(|s| s.name.as_str()).unwrap_or("");
+            let name = spaces
+                .get(&d.space_id)
+                .map(|s| s.name.as_str())
+                .unwrap_or("");
             out.push(self.destination_view(&d, name).await?);
         }
         Ok(out)
     }
 
-    pub(super) async fn destination_detail(&self, id: &str, admin: bool) -> Result<DestinationDetail, ConsoleError> {
+    pub(super) async fn destination_detail(
+        &self,
+        id: &str,
+        admin: bool,
+    ) -> Result<DestinationDetail, ConsoleError> {
         let id: DestinationId = parse_id(id, "destination")?;
-        let d = self.storage.get_destination_by_id(id).await.map_err(|e| storage_error(e, "destination"))?;
+        let d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
         let space = self.storage.get_space(d.space_id).await.map_err(internal)?;
         Ok(DestinationDetail {
             view: self.destination_view(&d, &space.name).await?,
@@ -200,42 +285,72 @@ impl Backend {
         };
         let mut spaces: Vec<Space> = self.space_names().await?.into_values().collect();
         spaces.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut page = IncomingPage { hooks: Vec::new(), channels: Vec::new() };
+        let mut page = IncomingPage {
+            hooks: Vec::new(),
+            channels: Vec::new(),
+        };
         for s in spaces.iter().filter(|s| only.is_none_or(|o| o == s.id)) {
             let channels = self.storage.list_channels(s.id).await.map_err(internal)?;
             let rate = self.config.limits.incoming_per_second.for_plan(s.plan);
-            for w in self.storage.list_incoming_webhooks(s.id).await.map_err(internal)? {
-                let channel = channels.iter().find(|c| c.id == w.channel_id).map(|c| c.name.as_str()).unwrap_or("?");
+            for w in self
+                .storage
+                .list_incoming_webhooks(s.id)
+                .await
+                .map_err(internal)?
+            {
+                let channel = channels
+                    .iter()
+                    .find(|c| c.id == w.channel_id)
+                    .map(|c| c.name.as_str())
+                    .unwrap_or("?");
                 page.hooks.push(views::incoming(&w, &s.name, channel, rate));
             }
-            page.channels.extend(
-                channels
-                    .iter()
-                    .map(|c| Choice { value: c.id.to_string(), label: format!("{} / #{}", s.name, c.name) }),
-            );
+            page.channels.extend(channels.iter().map(|c| Choice {
+                value: c.id.to_string(),
+                label: format!("{} / #{}", s.name, c.name),
+            }));
         }
         Ok(page)
     }
 
-    pub(super) async fn notification_page(&self, unread_only: bool, before: &str) -> Result<NotificationPage, ConsoleError> {
+    pub(super) async fn notification_page(
+        &self,
+        unread_only: bool,
+        before: &str,
+    ) -> Result<NotificationPage, ConsoleError> {
         let before = match before.trim() {
             "" => None,
             b => Some(parse_id::<NotificationId>(b, "page cursor")?),
         };
         let rows = self
             .storage
-            .list_notifications(unread_only, Page { before, limit: NOTIFICATIONS_PAGE })
+            .list_notifications(
+                unread_only,
+                Page {
+                    before,
+                    limit: NOTIFICATIONS_PAGE,
+                },
+            )
             .await
             .map_err(internal)?;
         let spaces = self.space_names().await?;
-        let unread = self.storage.count_unread_notifications().await.map_err(internal)?;
+        let unread = self
+            .storage
+            .count_unread_notifications()
+            .await
+            .map_err(internal)?;
         Ok(NotificationPage {
-            next_cursor: (rows.len() as i64 == NOTIFICATIONS_PAGE).then(|| rows.last().map(|n| n.id.to_string())).flatten(),
+            next_cursor: (rows.len() as i64 == NOTIFICATIONS_PAGE)
+                .then(|| rows.last().map(|n| n.id.to_string()))
+                .flatten(),
             rows: rows
                 .iter()
                 .map(|n| NotificationView {
                     id: n.id.to_string(),
-                    space_name: n.space_id.and_then(|s| spaces.get(&s)).map(|s| s.name.clone()),
+                    space_name: n
+                        .space_id
+                        .and_then(|s| spaces.get(&s))
+                        .map(|s| s.name.clone()),
                     kind: n.kind.clone(),
                     message: n.message.clone(),
                     created_at: n.created_at,
@@ -254,14 +369,26 @@ mod tests {
 
     #[test]
     fn the_url_filter_becomes_a_storage_filter_or_says_what_is_wrong() {
-        let q = DeliveryQuery { status: "failed".into(), error_class: "http".into(), last: "1h".into(), ..Default::default() };
+        let q = DeliveryQuery {
+            status: "failed".into(),
+            error_class: "http".into(),
+            last: "1h".into(),
+            ..Default::default()
+        };
         let f = filter_of(&q, 10_000_000).unwrap();
         assert_eq!(f.status, Some(DeliveryStatus::Failed));
         assert_eq!(f.error_class, Some(ErrorClass::Http));
         assert_eq!(f.since, Some(10_000_000 - 3_600_000));
-        let bad = DeliveryQuery { error_class: "nope".into(), ..Default::default() };
+        let bad = DeliveryQuery {
+            error_class: "nope".into(),
+            ..Default::default()
+        };
         assert!(filter_of(&bad, 0).unwrap_err().contains("error class"));
-        let dates = DeliveryQuery { since: "1970-01-01T00:01".into(), until: "1970-01-01T00:02".into(), ..Default::default() };
+        let dates = DeliveryQuery {
+            since: "1970-01-01T00:01".into(),
+            until: "1970-01-01T00:02".into(),
+            ..Default::default()
+        };
         let f = filter_of(&dates, 0).unwrap();
         assert_eq!((f.since, f.until), (Some(60_000), Some(120_000)));
     }

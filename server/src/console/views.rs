@@ -7,7 +7,12 @@ use crate::dispatch::retry::RetryPolicy;
 use crate::domain::*;
 
 pub fn space(s: &Space) -> SpaceView {
-    SpaceView { id: s.id.to_string(), name: s.name.clone(), plan: s.plan.as_str().to_owned(), created_at: s.created_at }
+    SpaceView {
+        id: s.id.to_string(),
+        name: s.name.clone(),
+        plan: s.plan.as_str().to_owned(),
+        created_at: s.created_at,
+    }
 }
 
 pub fn user(u: &User) -> UserView {
@@ -42,14 +47,20 @@ pub fn delivery_row(d: &Delivery, space_name: &str, destination_url: &str) -> De
 
 /// Header pairs from the stored JSON object (`{"name": "value" | ["v1", "v2"]}`).
 pub fn headers(v: Option<&Value>) -> Vec<(String, String)> {
-    let Some(Value::Object(map)) = v else { return Vec::new() };
+    let Some(Value::Object(map)) = v else {
+        return Vec::new();
+    };
     map.iter()
         .map(|(k, v)| {
             let value = match v {
                 Value::String(s) => s.clone(),
                 Value::Array(items) => items
                     .iter()
-                    .map(|i| i.as_str().map(str::to_owned).unwrap_or_else(|| i.to_string()))
+                    .map(|i| {
+                        i.as_str()
+                            .map(str::to_owned)
+                            .unwrap_or_else(|| i.to_string())
+                    })
                     .collect::<Vec<_>>()
                     .join(", "),
                 other => other.to_string(),
@@ -89,12 +100,21 @@ pub fn span(ms: u64) -> String {
 pub fn policy(d: &Destination) -> String {
     match RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {
         Ok(p) => {
-            let jitter = if p.jitter > 0.0 { format!("±{:.0} % jitter", p.jitter * 100.0) } else { "no jitter".into() };
+            let jitter = if p.jitter > 0.0 {
+                format!("±{:.0} % jitter", p.jitter * 100.0)
+            } else {
+                "no jitter".into()
+            };
             let retry_after = match p.retry_after.as_str() {
                 "replace" => "Retry-After replaces the backoff",
                 _ => "Retry-After extends the backoff",
             };
-            format!("{}: {} → {}, {jitter}, {retry_after}", p.preset.as_str(), span(p.initial_ms), span(p.max_ms))
+            format!(
+                "{}: {} → {}, {jitter}, {retry_after}",
+                p.preset.as_str(),
+                span(p.initial_ms),
+                span(p.max_ms)
+            )
         }
         Err(_) => d.retry_policy.to_string(),
     }
@@ -104,7 +124,12 @@ pub fn rate_limit(r: Option<RateLimit>) -> Option<String> {
     r.map(|r| format!("{} per {}", r.count, r.period.as_str()))
 }
 
-pub fn destination(d: &Destination, space_name: &str, paused: i64, failed_unresent: i64) -> DestinationView {
+pub fn destination(
+    d: &Destination,
+    space_name: &str,
+    paused: i64,
+    failed_unresent: i64,
+) -> DestinationView {
     DestinationView {
         id: d.id.to_string(),
         space_id: d.space_id.to_string(),
@@ -127,7 +152,12 @@ pub fn destination(d: &Destination, space_name: &str, paused: i64, failed_unrese
     }
 }
 
-pub fn incoming(w: &IncomingWebhook, space_name: &str, channel_name: &str, rate: i64) -> IncomingWebhookView {
+pub fn incoming(
+    w: &IncomingWebhook,
+    space_name: &str,
+    channel_name: &str,
+    rate: i64,
+) -> IncomingWebhookView {
     IncomingWebhookView {
         id: w.id.to_string(),
         space_id: w.space_id.to_string(),
@@ -150,7 +180,10 @@ pub fn notification_link(n: &Notification) -> Option<String> {
     match n.subject_kind.as_deref()? {
         "destination" => Some(format!("/destinations/{id}")),
         "incoming_webhook" => {
-            let space = n.space_id.map(|s| format!("?space={s}")).unwrap_or_default();
+            let space = n
+                .space_id
+                .map(|s| format!("?space={s}"))
+                .unwrap_or_default();
             Some(format!("/incoming-webhooks{space}#{id}"))
         }
         "delivery" => Some(format!("/deliveries/{id}")),

@@ -13,14 +13,16 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::retry::{Decision, RetryPolicy};
 use super::jq as transform;
+use super::retry::{Decision, RetryPolicy};
 use super::{classify, retry_after, signing, ssrf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use std::sync::atomic::Ordering;
 
-use crate::storage::{ClaimLimits, FinishedAttempt, NextStep, RateScope, Slot, Storage, StorageError};
+use crate::storage::{
+    ClaimLimits, FinishedAttempt, NextStep, RateScope, Slot, Storage, StorageError,
+};
 
 /// The most of a response body kept in the attempt log.
 pub const RESPONSE_BODY_LIMIT: usize = 64 * 1024;
@@ -82,7 +84,10 @@ pub struct Engine {
     finish_queue: Mutex<Option<tokio::sync::mpsc::Receiver<FinishRequest>>>,
 }
 
-type FinishRequest = (FinishedAttempt, tokio::sync::oneshot::Sender<Result<crate::storage::FinishEffects, StorageError>>);
+type FinishRequest = (
+    FinishedAttempt,
+    tokio::sync::oneshot::Sender<Result<crate::storage::FinishEffects, StorageError>>,
+);
 
 /// The most finished attempts committed together.
 const FINISH_BATCH: usize = 256;
@@ -93,7 +98,11 @@ const PLAN_TTL_MS: i64 = 10_000;
 const RATE_MARGIN_MS: i64 = 25;
 
 impl Engine {
-    pub fn new(storage: Arc<dyn Storage>, network: ssrf::NetworkPolicy, settings: Settings) -> anyhow::Result<Self> {
+    pub fn new(
+        storage: Arc<dyn Storage>,
+        network: ssrf::NetworkPolicy,
+        settings: Settings,
+    ) -> anyhow::Result<Self> {
         let network = Arc::new(network);
         let (finisher, finish_queue) = tokio::sync::mpsc::channel(4096);
         let client = reqwest::Client::builder()
@@ -137,7 +146,10 @@ impl Engine {
             .map(|queue| tokio::spawn(self.clone().commit_finished(queue)));
         let cut_short = CancellationToken::new();
         let mut last_recovery = 0_i64;
-        tracing::info!(concurrency = self.settings.concurrency, "dispatch engine started");
+        tracing::info!(
+            concurrency = self.settings.concurrency,
+            "dispatch engine started"
+        );
 
         while !shutdown.is_cancelled() {
             let now = now_ms();
@@ -154,16 +166,23 @@ impl Engine {
                 continue;
             }
             let margin = self.settings.lease_margin.as_millis() as i64;
-            let retry_capacity = (self.settings.concurrency as f64 * self.settings.retry_share).floor() as i64;
+            let retry_capacity =
+                (self.settings.concurrency as f64 * self.settings.retry_share).floor() as i64;
             let limits = ClaimLimits {
                 per_destination: self.settings.per_destination_in_flight,
                 retries: (retry_capacity - self.retries_in_flight.load(Ordering::Relaxed)).max(0),
             };
-            match self.storage.claim(now, free.min(256) as i64, margin, &limits).await {
+            match self
+                .storage
+                .claim(now, free.min(256) as i64, margin, &limits)
+                .await
+            {
                 Ok(batch) if !batch.is_empty() => {
                     let batch = self.within_plan_limits(batch).await;
                     for delivery in batch {
-                        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+                        let Ok(permit) = permits.clone().acquire_owned().await else {
+                            break;
+                        };
                         let retry = RetryGuard::new(delivery.attempts > 0, &self.retries_in_flight);
                         let engine = self.clone();
                         let cut = cut_short.clone();
@@ -185,8 +204,14 @@ impl Engine {
         }
 
         tracker.close();
-        if tokio::time::timeout(self.settings.shutdown_grace, tracker.wait()).await.is_err() {
-            tracing::warn!(in_flight = tracker.len(), "shutdown grace over: cutting in-flight attempts short");
+        if tokio::time::timeout(self.settings.shutdown_grace, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = tracker.len(),
+                "shutdown grace over: cutting in-flight attempts short"
+            );
             cut_short.cancel();
             tracker.wait().await;
         }
@@ -198,7 +223,10 @@ impl Engine {
 
     /// Group commit: while one batch of finished attempts is being written, the next
     /// ones queue up and go together in the following transaction. No added wait.
-    async fn commit_finished(self: Arc<Self>, mut queue: tokio::sync::mpsc::Receiver<FinishRequest>) {
+    async fn commit_finished(
+        self: Arc<Self>,
+        mut queue: tokio::sync::mpsc::Receiver<FinishRequest>,
+    ) {
         while let Some(first) = queue.recv().await {
             let mut batch = vec![first];
             while batch.len() < FINISH_BATCH {
@@ -209,7 +237,11 @@ impl Engine {
             }
             let (finished, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
             let rule = &self.settings.auto_disable;
-            match self.storage.finish_attempts(&finished, rule, now_ms()).await {
+            match self
+                .storage
+                .finish_attempts(&finished, rule, now_ms())
+                .await
+            {
                 Ok(effects) => {
                     for (reply, e) in replies.into_iter().zip(effects) {
                         let _ = reply.send(Ok(e));
@@ -226,14 +258,24 @@ impl Engine {
     }
 
     /// Records a finished attempt through the group commit.
-    async fn finish(&self, finished: FinishedAttempt) -> Result<crate::storage::FinishEffects, StorageError> {
+    async fn finish(
+        &self,
+        finished: FinishedAttempt,
+    ) -> Result<crate::storage::FinishEffects, StorageError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
-        if let Err(tokio::sync::mpsc::error::SendError((finished, _))) = self.finisher.send((finished, reply)).await {
-            return self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await;
+        if let Err(tokio::sync::mpsc::error::SendError((finished, _))) =
+            self.finisher.send((finished, reply)).await
+        {
+            return self
+                .storage
+                .finish_attempt(&finished, &self.settings.auto_disable, now_ms())
+                .await;
         }
         match answer.await {
             Ok(result) => result,
-            Err(_) => Err(StorageError::Conflict("the engine stopped before the attempt was recorded".into())),
+            Err(_) => Err(StorageError::Conflict(
+                "the engine stopped before the attempt was recorded".into(),
+            )),
         }
     }
 
@@ -245,7 +287,10 @@ impl Engine {
         let now = now_ms();
         let (sleep, blocked) = match self.storage.next_due_at().await {
             Ok(Some(at)) if at <= now => (poll.min(Duration::from_millis(100)), true),
-            Ok(Some(at)) => (Duration::from_millis((at - now).clamp(0, poll.as_millis() as i64) as u64), false),
+            Ok(Some(at)) => (
+                Duration::from_millis((at - now).clamp(0, poll.as_millis() as i64) as u64),
+                false,
+            ),
             Ok(None) => (poll, false),
             Err(e) => {
                 tracing::error!(error = %e, "reading the next due time failed");
@@ -270,30 +315,55 @@ impl Engine {
             }
         };
         for d in expired {
-            let attempt = lost_attempt(&d, now, "the attempt was cut short (the worker stopped) and its lease expired");
+            let attempt = lost_attempt(
+                &d,
+                now,
+                "the attempt was cut short (the worker stopped) and its lease expired",
+            );
             let finished = FinishedAttempt {
                 attempt,
                 destination_id: d.destination_id,
                 next: NextStep::Lost { retry_at: now },
                 only_if_lease_expired_before: Some(now),
             };
-            match self.storage.finish_attempt(&finished, &self.settings.auto_disable, now).await {
-                Ok(e) if e.applied => tracing::warn!(delivery.id = %d.id, "recovered a lost attempt"),
+            match self
+                .storage
+                .finish_attempt(&finished, &self.settings.auto_disable, now)
+                .await
+            {
+                Ok(e) if e.applied => {
+                    tracing::warn!(delivery.id = %d.id, "recovered a lost attempt")
+                }
                 Ok(_) => {}
-                Err(e) => tracing::error!(delivery.id = %d.id, error = %e, "recording a lost attempt failed"),
+                Err(e) => {
+                    tracing::error!(delivery.id = %d.id, error = %e, "recording a lost attempt failed")
+                }
             }
         }
     }
 
-    async fn deliver(self: Arc<Self>, d: Delivery, cut_short: CancellationToken, _permit: OwnedSemaphorePermit) {
+    async fn deliver(
+        self: Arc<Self>,
+        d: Delivery,
+        cut_short: CancellationToken,
+        _permit: OwnedSemaphorePermit,
+    ) {
         if let Err(e) = self.try_deliver(&d, &cut_short).await {
             tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
         }
         self.slot_freed.notify_one();
     }
 
-    async fn try_deliver(&self, d: &Delivery, cut_short: &CancellationToken) -> Result<(), StorageError> {
-        let destination = match self.storage.get_destination(d.space_id, d.destination_id).await {
+    async fn try_deliver(
+        &self,
+        d: &Delivery,
+        cut_short: &CancellationToken,
+    ) -> Result<(), StorageError> {
+        let destination = match self
+            .storage
+            .get_destination(d.space_id, d.destination_id)
+            .await
+        {
             Ok(dst) => dst,
             Err(StorageError::NotFound) => return Ok(()), // deleted with its deliveries
             Err(e) => return Err(e),
@@ -314,9 +384,16 @@ impl Engine {
         if let Some(limit) = destination.rate_limit {
             let key = format!("dst:{}", destination.id);
             let window = limit.period.as_millis() + RATE_MARGIN_MS;
-            if let Slot::Wait(ms) = self.storage.take_rate_slot(&key, i64::from(limit.count), window, now_ms()).await? {
+            if let Slot::Wait(ms) = self
+                .storage
+                .take_rate_slot(&key, i64::from(limit.count), window, now_ms())
+                .await?
+            {
                 let now = now_ms();
-                return self.storage.defer_rate_limited(d.id, RateScope::Destination(destination.id), now + ms, now).await;
+                return self
+                    .storage
+                    .defer_rate_limited(d.id, RateScope::Destination(destination.id), now + ms, now)
+                    .await;
             }
         }
 
@@ -344,7 +421,9 @@ impl Engine {
                 let status = outcome.attempt.response_status.map(|s| s as u16);
                 let jitter = rand::thread_rng().gen::<f64>();
                 match policy.decide(attempts_made, class, status, outcome.retry_after_ms, jitter) {
-                    Decision::Retry { delay_ms } => NextStep::Retry { at: now + delay_ms as i64 },
+                    Decision::Retry { delay_ms } => NextStep::Retry {
+                        at: now + delay_ms as i64,
+                    },
                     Decision::DeadLetter => NextStep::DeadLetter,
                 }
             }
@@ -396,19 +475,26 @@ impl Engine {
             };
             let key = format!("plan:{space_id}");
             let wanted = deliveries.len() as i64;
-            let (granted, wait) =
-                match self.storage.take_rate_slots(&key, wanted, limit, 1_000 + RATE_MARGIN_MS, now_ms()).await {
-                    Ok(g) => g,
-                    Err(e) => {
-                        tracing::error!(space.id = %space_id, error = %e, "taking plan slots failed");
-                        (0, 1_000)
-                    }
-                };
+            let (granted, wait) = match self
+                .storage
+                .take_rate_slots(&key, wanted, limit, 1_000 + RATE_MARGIN_MS, now_ms())
+                .await
+            {
+                Ok(g) => g,
+                Err(e) => {
+                    tracing::error!(space.id = %space_id, error = %e, "taking plan slots failed");
+                    (0, 1_000)
+                }
+            };
             let held = deliveries.split_off(granted as usize);
             go.extend(deliveries);
             for d in held {
                 let now = now_ms();
-                if let Err(e) = self.storage.defer_rate_limited(d.id, RateScope::Space(space_id), now + wait, now).await {
+                if let Err(e) = self
+                    .storage
+                    .defer_rate_limited(d.id, RateScope::Space(space_id), now + wait, now)
+                    .await
+                {
                     tracing::error!(delivery.id = %d.id, error = %e, "giving back a rate-limited claim failed");
                 }
             }
@@ -418,13 +504,21 @@ impl Engine {
 
     async fn plan(&self, space_id: SpaceId) -> Result<Plan, StorageError> {
         let now = now_ms();
-        if let Some((plan, at)) = self.plans.lock().unwrap_or_else(|p| p.into_inner()).get(&space_id) {
+        if let Some((plan, at)) = self
+            .plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&space_id)
+        {
             if now - at < PLAN_TTL_MS {
                 return Ok(*plan);
             }
         }
         let plan = self.storage.get_space(space_id).await?.plan;
-        self.plans.lock().unwrap_or_else(|p| p.into_inner()).insert(space_id, (plan, now));
+        self.plans
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(space_id, (plan, now));
         Ok(plan)
     }
 
@@ -442,7 +536,12 @@ impl Engine {
     }
 
     /// One HTTP attempt, never failing: every problem becomes an error class on the attempt.
-    async fn attempt(&self, d: &Delivery, destination: &Destination, event: &Event) -> AttemptOutcome {
+    async fn attempt(
+        &self,
+        d: &Delivery,
+        destination: &Destination,
+        event: &Event,
+    ) -> AttemptOutcome {
         let started = now_ms();
         let clock = std::time::Instant::now();
         let mut attempt = Attempt {
@@ -465,7 +564,10 @@ impl Engine {
             attempt.error_class = Some(class);
             attempt.error_message = Some(message);
             attempt.duration_ms = clock.elapsed().as_millis() as i64;
-            AttemptOutcome { attempt, retry_after_ms: None }
+            AttemptOutcome {
+                attempt,
+                retry_after_ms: None,
+            }
         };
 
         // The body: the payload, or what the destination's transformation makes of it.
@@ -494,7 +596,9 @@ impl Engine {
         };
         match ssrf::check_url(&url, &self.network) {
             Ok(()) => {}
-            Err(ssrf::UrlRejected::Blocked(b)) => return fail(attempt, ErrorClass::Blocked, b.to_string()),
+            Err(ssrf::UrlRejected::Blocked(b)) => {
+                return fail(attempt, ErrorClass::Blocked, b.to_string())
+            }
             Err(ssrf::UrlRejected::Invalid(why)) => return fail(attempt, ErrorClass::Request, why),
         }
 
@@ -502,15 +606,19 @@ impl Engine {
         let msg_id = d.webhook_id();
         let timestamp = started / 1000;
         let mut secrets = vec![destination.secret.as_str()];
-        if let (Some(old), Some(until)) = (&destination.previous_secret, destination.previous_secret_expires_at) {
+        if let (Some(old), Some(until)) = (
+            &destination.previous_secret,
+            destination.previous_secret_expires_at,
+        ) {
             if until > started {
                 secrets.push(old.as_str());
             }
         }
-        let signature = match signing::signature_header(&secrets, &msg_id, timestamp, body.as_bytes()) {
-            Ok(s) => s,
-            Err(e) => return fail(attempt, ErrorClass::Request, format!("cannot sign: {e}")),
-        };
+        let signature =
+            match signing::signature_header(&secrets, &msg_id, timestamp, body.as_bytes()) {
+                Ok(s) => s,
+                Err(e) => return fail(attempt, ErrorClass::Request, format!("cannot sign: {e}")),
+            };
         let headers = [
             ("content-type", "application/json".to_owned()),
             ("webhook-id", msg_id.clone()),
@@ -518,12 +626,17 @@ impl Engine {
             ("webhook-signature", signature),
         ];
         attempt.request_headers = serde_json::Value::Object(
-            headers.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.clone()))).collect(),
+            headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.clone())))
+                .collect(),
         );
         let mut request = self
             .client
             .post(url)
-            .timeout(Duration::from_secs(destination.timeout_seconds.clamp(1, 60) as u64))
+            .timeout(Duration::from_secs(
+                destination.timeout_seconds.clamp(1, 60) as u64,
+            ))
             .body(body);
         for (k, v) in &headers {
             request = request.header(*k, v);
@@ -542,7 +655,12 @@ impl Engine {
             response
                 .headers()
                 .iter()
-                .map(|(k, v)| (k.as_str().to_owned(), serde_json::Value::from(String::from_utf8_lossy(v.as_bytes()).into_owned())))
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_owned(),
+                        serde_json::Value::from(String::from_utf8_lossy(v.as_bytes()).into_owned()),
+                    )
+                })
                 .collect(),
         ));
         let retry_after_header = response
@@ -574,18 +692,34 @@ impl Engine {
         match classify::classify_status(status) {
             None => {
                 // A 2xx is a success even if the body was cut off.
-                AttemptOutcome { attempt, retry_after_ms: None }
+                AttemptOutcome {
+                    attempt,
+                    retry_after_ms: None,
+                }
             }
             Some(class) => {
-                let retry_after = retry_after::parse_retry_after(status, retry_after_header.as_deref(), &body, SystemTime::now())
-                    .map(|d| d.as_millis() as u64);
+                let retry_after = retry_after::parse_retry_after(
+                    status,
+                    retry_after_header.as_deref(),
+                    &body,
+                    SystemTime::now(),
+                )
+                .map(|d| d.as_millis() as u64);
                 attempt.error_class = Some(class);
                 attempt.error_message = Some(match (class, body_error) {
-                    (ErrorClass::Redirect, _) => format!("answered {status}; redirects are not followed"),
-                    (_, Some(e)) => format!("answered {status}; reading the body failed: {}", error_chain(&e)),
+                    (ErrorClass::Redirect, _) => {
+                        format!("answered {status}; redirects are not followed")
+                    }
+                    (_, Some(e)) => format!(
+                        "answered {status}; reading the body failed: {}",
+                        error_chain(&e)
+                    ),
                     _ => format!("answered {status}"),
                 });
-                AttemptOutcome { attempt, retry_after_ms: retry_after }
+                AttemptOutcome {
+                    attempt,
+                    retry_after_ms: retry_after,
+                }
             }
         }
     }

@@ -10,5 +10,5 @@ pub mod jq;
 pub mod retry;
 pub mod retry_after;
 pub mod signing;
-pub mod transform;
 pub mod ssrf;
+pub mod transform;

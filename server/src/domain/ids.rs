@@ -131,7 +131,13 @@ mod tests {
 
     #[test]
     fn garbage_is_refused_not_panicked_on() {
-        for s in ["", "dlv_", "dlv_x", "dlv_01J0000000000000000000000!", "DLV_01J00000000000000000000000"] {
+        for s in [
+            "",
+            "dlv_",
+            "dlv_x",
+            "dlv_01J0000000000000000000000!",
+            "DLV_01J00000000000000000000000",
+        ] {
             assert!(DeliveryId::parse(s).is_err(), "{s}");
         }
     }

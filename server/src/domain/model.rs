@@ -226,7 +226,10 @@ pub struct AutoDisable {
 
 impl Default for AutoDisable {
     fn default() -> Self {
-        Self { after: 100, warn_at: vec![50, 90] }
+        Self {
+            after: 100,
+            warn_at: vec![50, 90],
+        }
     }
 }
 

@@ -31,14 +31,21 @@ pub enum ApiError {
     Unauthorized,
     /// Any other status with its own code.
     #[error("{message}")]
-    Status { status: StatusCode, code: &'static str, message: String },
+    Status {
+        status: StatusCode,
+        code: &'static str,
+        message: String,
+    },
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
 
 impl ApiError {
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
-        ApiError::Invalid { code, message: message.into() }
+        ApiError::Invalid {
+            code,
+            message: message.into(),
+        }
     }
 
     fn status_and_code(&self) -> (StatusCode, &'static str) {
@@ -57,7 +64,10 @@ impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
         match err {
             StorageError::NotFound => ApiError::NotFound("not found".into()),
-            StorageError::Conflict(msg) => ApiError::Conflict { code: "conflict", message: msg },
+            StorageError::Conflict(msg) => ApiError::Conflict {
+                code: "conflict",
+                message: msg,
+            },
             other => ApiError::Internal(other.into()),
         }
     }
@@ -69,7 +79,10 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(cause) = &self {
             tracing::error!(error = ?cause, "request failed");
         }
-        let body = ErrorBody { code: code.to_owned(), message: self.to_string() };
+        let body = ErrorBody {
+            code: code.to_owned(),
+            message: self.to_string(),
+        };
         (status, Json(body)).into_response()
     }
 }

@@ -28,12 +28,17 @@ async fn healthz() -> impl IntoResponse {
 /// The process can serve: its database answers.
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     match state.storage.ping().await {
-        Ok(()) => (StatusCode::OK, Json(serde_json::json!({ "status": "ready" }))),
+        Ok(()) => (
+            StatusCode::OK,
+            Json(serde_json::json!({ "status": "ready" })),
+        ),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check: database unreachable");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(serde_json::json!({ "status": "unavailable", "reason": "database unreachable" })),
+                Json(
+                    serde_json::json!({ "status": "unavailable", "reason": "database unreachable" }),
+                ),
             )
         }
     }

@@ -65,7 +65,10 @@ pub struct Page<C> {
 
 impl<C> Page<C> {
     pub fn first(limit: i64) -> Self {
-        Self { before: None, limit }
+        Self {
+            before: None,
+            limit,
+        }
     }
 }
 
@@ -96,22 +99,34 @@ pub struct NewEvent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Published {
     /// The event and its deliveries are on disk.
-    Created { event_id: EventId, deliveries: i64, skipped: i64 },
+    Created {
+        event_id: EventId,
+        deliveries: i64,
+        skipped: i64,
+    },
     /// The idempotency key was seen before: nothing was written; this was the first answer.
     /// `request_hash` lets the caller refuse a key reused for a different request.
-    Replayed { event_id: EventId, deliveries: i64, request_hash: String },
+    Replayed {
+        event_id: EventId,
+        deliveries: i64,
+        request_hash: String,
+    },
 }
 
 /// How an attempt ends, as the engine decided (SPEC §2.1–2.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextStep {
     Succeeded,
-    Retry { at: UnixMs },
+    Retry {
+        at: UnixMs,
+    },
     /// Dead-lettered: attempts exhausted or a failure that is not retried.
     DeadLetter,
     /// Cut short on our side (crash, shutdown): retried at `retry_at` without
     /// using up an attempt (SPEC D3).
-    Lost { retry_at: UnixMs },
+    Lost {
+        retry_at: UnixMs,
+    },
 }
 
 /// One finished attempt of a claimed delivery, to record in one transaction.
@@ -167,7 +182,10 @@ pub struct ClaimLimits {
 
 impl Default for ClaimLimits {
     fn default() -> Self {
-        Self { per_destination: 5, retries: i64::MAX }
+        Self {
+            per_destination: 5,
+            retries: i64::MAX,
+        }
     }
 }
 
@@ -226,7 +244,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn create_channel(&self, channel: &Channel) -> Result<()>;
     async fn get_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<Channel>;
     async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>>;
-    async fn list_messages(&self, channel_id: ChannelId, page: Page<MessageId>) -> Result<Vec<Message>>;
+    async fn list_messages(
+        &self,
+        channel_id: ChannelId,
+        page: Page<MessageId>,
+    ) -> Result<Vec<Message>>;
 
     // Events and their fan-out.
     /// Writes the event and one delivery per active destination of the space that
@@ -261,35 +283,73 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// destination's timeout plus `lease_margin_ms`, and returns them, oldest due first,
     /// never more than `limits.per_destination` in flight to one destination (counting
     /// every instance's claims) and at most `limits.retries` deliveries that are retries.
-    async fn claim(&self, now: UnixMs, limit: i64, lease_margin_ms: i64, limits: &ClaimLimits) -> Result<Vec<Delivery>>;
+    async fn claim(
+        &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>>;
 
     /// [`Storage::claim`] with the default limits.
-    async fn claim_due(&self, now: UnixMs, limit: i64, lease_margin_ms: i64) -> Result<Vec<Delivery>> {
-        self.claim(now, limit, lease_margin_ms, &ClaimLimits::default()).await
+    async fn claim_due(
+        &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+    ) -> Result<Vec<Delivery>> {
+        self.claim(now, limit, lease_margin_ms, &ClaimLimits::default())
+            .await
     }
 
     /// A rate limit said "not now" to a claimed delivery: give it back without using an
     /// attempt, due at `until`, marked `rate_limited`, with every other due delivery of
     /// the same scope (so they are not claimed only to be refused again).
-    async fn defer_rate_limited(&self, id: DeliveryId, scope: RateScope, until: UnixMs, now: UnixMs) -> Result<()>;
+    async fn defer_rate_limited(
+        &self,
+        id: DeliveryId,
+        scope: RateScope,
+        until: UnixMs,
+        now: UnixMs,
+    ) -> Result<()>;
     /// When the earliest waiting, unpaused delivery is due.
     async fn next_due_at(&self) -> Result<Option<UnixMs>>;
     /// Claims whose lease ran out (their worker crashed or was killed).
     async fn expired_claims(&self, now: UnixMs, limit: i64) -> Result<Vec<Delivery>>;
     /// Records an attempt and its consequences: the delivery's new state, the
     /// destination's dead-letter streak, auto-disable and admin notifications.
-    async fn finish_attempt(&self, finished: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects>;
+    async fn finish_attempt(
+        &self,
+        finished: &FinishedAttempt,
+        rule: &AutoDisable,
+        now: UnixMs,
+    ) -> Result<FinishEffects>;
     /// Several finished attempts in one transaction (one commit for many attempts).
-    async fn finish_attempts(&self, batch: &[FinishedAttempt], rule: &AutoDisable, now: UnixMs) -> Result<Vec<FinishEffects>>;
+    async fn finish_attempts(
+        &self,
+        batch: &[FinishedAttempt],
+        rule: &AutoDisable,
+        now: UnixMs,
+    ) -> Result<Vec<FinishEffects>>;
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
 
     // Resend and cancel (SPEC §2.7, §2.8).
     /// Cancels waiting deliveries of the space; others are reported, not touched.
-    async fn cancel_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
+    async fn cancel_deliveries(
+        &self,
+        space_id: SpaceId,
+        ids: &[DeliveryId],
+        now: UnixMs,
+    ) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
     /// New deliveries of the same events to the same destinations, sent at once with a
     /// full set of attempts; originals and copies are linked.
-    async fn resend_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
+    async fn resend_deliveries(
+        &self,
+        space_id: SpaceId,
+        ids: &[DeliveryId],
+        now: UnixMs,
+    ) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
     /// Resends up to `limit` failed deliveries not resent before (of one destination or the
     /// whole space), skipping those of inactive destinations.
     async fn resend_failed(
@@ -302,17 +362,41 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
 
     // Rate limits shared by every instance.
     /// Takes a slot of at most `limit` per `window_ms` for `key`, or says when one frees.
-    async fn take_rate_slot(&self, key: &str, limit: i64, window_ms: i64, now: UnixMs) -> Result<Slot>;
+    async fn take_rate_slot(
+        &self,
+        key: &str,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<Slot>;
     /// Takes up to `wanted` slots at once; returns how many were granted and, when fewer,
     /// the milliseconds until the next one frees.
-    async fn take_rate_slots(&self, key: &str, wanted: i64, limit: i64, window_ms: i64, now: UnixMs) -> Result<(i64, i64)>;
+    async fn take_rate_slots(
+        &self,
+        key: &str,
+        wanted: i64,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<(i64, i64)>;
 
     // Messages, incoming webhooks and bots (SPEC §3, §4).
     /// Stores a message and its `message.created` event with the event's fan-out, in one transaction.
-    async fn post_message(&self, message: &Message, event: &NewEvent, now: UnixMs) -> Result<Published>;
+    async fn post_message(
+        &self,
+        message: &Message,
+        event: &NewEvent,
+        now: UnixMs,
+    ) -> Result<Published>;
     /// Counts an incoming webhook request: a success resets the streak; a failure grows it and,
     /// at `disable_after` in a row, disables the webhook and notifies admins.
-    async fn record_incoming_result(&self, id: IncomingWebhookId, success: bool, disable_after: i64, now: UnixMs) -> Result<IncomingEffects>;
+    async fn record_incoming_result(
+        &self,
+        id: IncomingWebhookId,
+        success: bool,
+        disable_after: i64,
+        now: UnixMs,
+    ) -> Result<IncomingEffects>;
     /// Enables (resetting the streak) or disables an incoming webhook.
     async fn set_incoming_webhook_status(
         &self,
@@ -322,14 +406,24 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         now: UnixMs,
     ) -> Result<IncomingWebhook>;
     /// Remembers a signed request's `webhook-id`; false when it was seen before (a replay).
-    async fn remember_incoming_message(&self, id: IncomingWebhookId, message_id: &str, now: UnixMs) -> Result<bool>;
-    async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()>;
+    async fn remember_incoming_message(
+        &self,
+        id: IncomingWebhookId,
+        message_id: &str,
+        now: UnixMs,
+    ) -> Result<bool>;
+    async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId)
+        -> Result<()>;
     async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()>;
     async fn get_channel_any_space(&self, id: ChannelId) -> Result<Channel>;
 
     // Deliveries and attempts.
     async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery>;
-    async fn list_deliveries(&self, filter: &DeliveryFilter, page: Page<DeliveryId>) -> Result<Vec<Delivery>>;
+    async fn list_deliveries(
+        &self,
+        filter: &DeliveryFilter,
+        page: Page<DeliveryId>,
+    ) -> Result<Vec<Delivery>>;
     async fn list_attempts(&self, delivery_id: DeliveryId) -> Result<Vec<Attempt>>;
 
     // Incoming webhooks and bots.
@@ -349,7 +443,11 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
 
     // Notifications for admins.
     async fn create_notification(&self, notification: &Notification) -> Result<()>;
-    async fn list_notifications(&self, unread_only: bool, page: Page<NotificationId>) -> Result<Vec<Notification>>;
+    async fn list_notifications(
+        &self,
+        unread_only: bool,
+        page: Page<NotificationId>,
+    ) -> Result<Vec<Notification>>;
     async fn count_unread_notifications(&self) -> Result<i64>;
     async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()>;
     /// The notifications about one space (what its API key may see).
@@ -359,11 +457,21 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         unread_only: bool,
         page: Page<NotificationId>,
     ) -> Result<Vec<Notification>>;
-    async fn mark_space_notification_read(&self, space_id: SpaceId, id: NotificationId, now: UnixMs) -> Result<()>;
+    async fn mark_space_notification_read(
+        &self,
+        space_id: SpaceId,
+        id: NotificationId,
+        now: UnixMs,
+    ) -> Result<()>;
 
     // Console (issue 7).
     /// How many deliveries match `filter` (and are older than `before`), counting at most `cap`.
-    async fn count_deliveries(&self, filter: &DeliveryFilter, before: Option<DeliveryId>, cap: i64) -> Result<i64>;
+    async fn count_deliveries(
+        &self,
+        filter: &DeliveryFilter,
+        before: Option<DeliveryId>,
+        cap: i64,
+    ) -> Result<i64>;
     /// Deliveries created since `since` (of one space or all), counted per `bucket_ms` of their
     /// creation time, by space, current status and last error class:
     /// `(space, bucket start, status, error class, count)`. A range scan on the time-sorted IDs.

@@ -5,8 +5,9 @@ use std::time::Duration;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::{
-    rows, shared, Backend, BulkOutcome, ClaimLimits, RateScope, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
-    StorageError,
+    rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
+    FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
+    Result, Slot, StorageError,
 };
 use crate::domain::*;
 
@@ -29,7 +30,10 @@ impl PostgresStorage {
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
             .await?;
-        Ok(Self { engine_pool: pool.clone(), pool })
+        Ok(Self {
+            engine_pool: pool.clone(),
+            pool,
+        })
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -46,11 +50,20 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
         self
     }
 
-    async fn claim(&self, now: UnixMs, limit: i64, lease_margin_ms: i64, limits: &ClaimLimits) -> Result<Vec<Delivery>> {
+    async fn claim(
+        &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>> {
         let mut tx = self.pool.begin().await?;
         // Claims from every instance take turns, so the per-destination in-flight count
         // they read is exact; a claim takes milliseconds.
-        sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(CLAIM_LOCK).execute(&mut *tx).await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(CLAIM_LOCK)
+            .execute(&mut *tx)
+            .await?;
         let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql())
             .bind(now)
             .bind(limit)

@@ -181,8 +181,9 @@ impl TryFrom<DestinationRow> for Destination {
         };
         let rate_limit = match (r.rate_limit_count, r.rate_limit_period) {
             (Some(count), Some(period)) => Some(RateLimit {
-                count: u32::try_from(count)
-                    .map_err(|e| StorageError::Corrupt(format!("destinations.rate_limit_count: {e}")))?,
+                count: u32::try_from(count).map_err(|e| {
+                    StorageError::Corrupt(format!("destinations.rate_limit_count: {e}"))
+                })?,
                 period: parse("destinations.rate_limit_period", &period)?,
             }),
             _ => None,

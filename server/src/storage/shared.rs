@@ -15,13 +15,16 @@ pub(super) const DESTINATION: &str = "id, space_id, url, description, event_type
     previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
     timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
     disabled_reason, created_at, updated_at";
-pub(super) const DELIVERY: &str = "id, space_id, event_id, destination_id, event_type, status, paused, \
+pub(super) const DELIVERY: &str =
+    "id, space_id, event_id, destination_id, event_type, status, paused, \
     attempts, next_attempt_at, lease_expires_at, last_error_class, last_status_code, resent_from, \
     resent_as, created_at, updated_at, finished_at";
-pub(super) const ATTEMPT: &str = "id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
+pub(super) const ATTEMPT: &str =
+    "id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
     request_url, request_headers, request_body, response_status, response_headers, response_body, \
     error_class, error_message";
-pub(super) const INCOMING_WEBHOOK: &str = "id, space_id, channel_id, name, token_hash, signing_secret, \
+pub(super) const INCOMING_WEBHOOK: &str =
+    "id, space_id, channel_id, name, token_hash, signing_secret, \
     status, consecutive_failures, created_at, updated_at, disabled_at";
 pub(super) const BOT: &str = "id, space_id, name, token_hash, created_at, revoked_at";
 pub(super) const USER: &str = "id, email, password_hash, role, created_at, disabled_at";

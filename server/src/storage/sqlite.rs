@@ -6,11 +6,14 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 
 use super::{
-    rows, shared, Backend, BulkOutcome, ClaimLimits, RateScope, DeliveryFilter, IncomingEffects, ResendFailed, Slot, FinishEffects, FinishedAttempt, NewEvent, NextStep, Page, Published, Result,
-    StorageError,
+    rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
+    FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
+    Result, Slot, StorageError,
 };
 use crate::domain::*;
 
@@ -65,7 +68,13 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
         self
     }
 
-    async fn claim(&self, now: UnixMs, limit: i64, lease_margin_ms: i64, limits: &ClaimLimits) -> Result<Vec<Delivery>> {
+    async fn claim(
+        &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>> {
         // One statement: SQLite has a single writer, so the in-flight count it reads is exact.
         let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql())
             .bind(now)

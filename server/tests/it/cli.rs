@@ -14,7 +14,12 @@ fn partyflow(db_url: &str, args: &[&str], stdin: Option<&str>) -> std::process::
         .spawn()
         .unwrap();
     if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
     }
     drop(child.stdin.take());
     child.wait_with_output().unwrap()
@@ -30,10 +35,18 @@ fn sqlite_url() -> (tempfile::TempDir, String) {
 fn migrate_then_space_create_prints_an_id_and_a_working_api_key() {
     let (_dir, url) = sqlite_url();
     let out = partyflow(&url, &["migrate"], None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let out = partyflow(&url, &["space", "create", "Acme", "--plan", "pro"], None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let id = json["id"].as_str().unwrap();
     let key = json["apiKey"].as_str().unwrap();
@@ -43,9 +56,15 @@ fn migrate_then_space_create_prints_an_id_and_a_working_api_key() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store = server::storage::connect(&url).await.unwrap();
-        let found = store.find_api_key(&server::auth::hash_token(key)).await.unwrap();
+        let found = store
+            .find_api_key(&server::auth::hash_token(key))
+            .await
+            .unwrap();
         assert_eq!(found.space_id.to_string(), id);
-        assert_eq!(store.get_space(found.space_id).await.unwrap().plan, server::domain::Plan::Pro);
+        assert_eq!(
+            store.get_space(found.space_id).await.unwrap().plan,
+            server::domain::Plan::Pro
+        );
     });
 }
 
@@ -61,17 +80,36 @@ fn an_unknown_plan_is_refused_with_the_valid_ones_named() {
 #[test]
 fn user_create_reads_the_password_from_stdin_and_refuses_duplicates_and_weak_passwords() {
     let (_dir, url) = sqlite_url();
-    let out = partyflow(&url, &["user", "create", "admin@example.com", "--role", "admin"], Some("a long passphrase\n"));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = partyflow(
+        &url,
+        &["user", "create", "admin@example.com", "--role", "admin"],
+        Some("a long passphrase\n"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["role"], "admin");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("passphrase"), "the password is never printed");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("passphrase"),
+        "the password is never printed"
+    );
 
-    let again = partyflow(&url, &["user", "create", "admin@example.com", "--role", "support"], Some("another long one\n"));
+    let again = partyflow(
+        &url,
+        &["user", "create", "admin@example.com", "--role", "support"],
+        Some("another long one\n"),
+    );
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
 
-    let weak = partyflow(&url, &["user", "create", "s@example.com", "--role", "support"], Some("short\n"));
+    let weak = partyflow(
+        &url,
+        &["user", "create", "s@example.com", "--role", "support"],
+        Some("short\n"),
+    );
     assert!(!weak.status.success());
     assert!(String::from_utf8_lossy(&weak.stderr).contains("at least 10"));
 }
@@ -80,20 +118,31 @@ fn user_create_reads_the_password_from_stdin_and_refuses_duplicates_and_weak_pas
 fn bootstrap_creates_the_first_admin_once() {
     let (_dir, url) = sqlite_url();
     let first = partyflow(&url, &["user", "bootstrap"], None);
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
     assert_eq!(json["email"], "admin@partyflow.local");
     let password = json["password"].as_str().unwrap();
     assert!(password.len() >= 20);
     let second = partyflow(&url, &["user", "bootstrap"], None);
     assert!(second.status.success());
-    assert!(second.stdout.is_empty(), "a database with users gets no second admin");
+    assert!(
+        second.stdout.is_empty(),
+        "a database with users gets no second admin"
+    );
 }
 
 #[test]
 fn serve_stops_cleanly_on_sigterm() {
     let (_dir, url) = sqlite_url();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_partyflow"))
         .arg("serve")
         .env("PARTYFLOW_DATABASE_URL", &url)
@@ -110,7 +159,10 @@ fn serve_stops_cleanly_on_sigterm() {
         assert!(std::time::Instant::now() < deadline, "server did not start");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let exit = child.wait().unwrap();
     assert!(exit.success(), "exit after SIGTERM: {exit:?}");

@@ -6,7 +6,12 @@ use server::domain::Role;
 
 const PASSWORD: &str = "correct horse battery";
 
-async fn sign_in(client: &reqwest::Client, base: &str, email: &str, password: &str) -> reqwest::Response {
+async fn sign_in(
+    client: &reqwest::Client,
+    base: &str,
+    email: &str,
+    password: &str,
+) -> reqwest::Response {
     client
         .post(format!("{base}/api/login"))
         .header("accept", "text/html")

@@ -28,7 +28,10 @@ pub async fn fresh_db(db: Db) -> Option<TestDb> {
     let (url, dir) = match db {
         Db::Sqlite => {
             let dir = tempfile::tempdir().unwrap();
-            (format!("sqlite://{}/test.db", dir.path().display()), Some(dir))
+            (
+                format!("sqlite://{}/test.db", dir.path().display()),
+                Some(dir),
+            )
         }
         Db::Postgres => {
             let Ok(admin_url) = std::env::var("PARTYFLOW_TEST_POSTGRES_URL") else {
@@ -36,8 +39,13 @@ pub async fn fresh_db(db: Db) -> Option<TestDb> {
                 return None;
             };
             let name = format!("t_{}", ulid::Ulid::new().to_string().to_lowercase());
-            let admin = sqlx::PgPool::connect(&admin_url).await.expect("connecting to the test PostgreSQL");
-            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
+            let admin = sqlx::PgPool::connect(&admin_url)
+                .await
+                .expect("connecting to the test PostgreSQL");
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&admin)
+                .await
+                .unwrap();
             admin.close().await;
             let base = admin_url.rsplit_once('/').unwrap().0;
             (format!("{base}/{name}"), None)
@@ -45,7 +53,11 @@ pub async fn fresh_db(db: Db) -> Option<TestDb> {
     };
     let storage = storage::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
-    Some(TestDb { url, storage, _dir: dir })
+    Some(TestDb {
+        url,
+        storage,
+        _dir: dir,
+    })
 }
 
 /// Declares one test per backend from one async body taking a [`TestDb`].
@@ -93,9 +105,13 @@ impl TestApp {
 
     /// Creates a space with an API key for the API helpers below.
     pub async fn with_space(mut self) -> Self {
-        let created = server::admin::create_space(self.storage.as_ref(), "Test space", server::domain::Plan::Enterprise)
-            .await
-            .unwrap();
+        let created = server::admin::create_space(
+            self.storage.as_ref(),
+            "Test space",
+            server::domain::Plan::Enterprise,
+        )
+        .await
+        .unwrap();
         self.api_key = Some(created.api_key);
         self.space = Some(created.space.id.to_string());
         self
@@ -103,7 +119,11 @@ impl TestApp {
 
     /// `/v1/projects/{space}` + `path`.
     pub fn api(&self, path: &str) -> String {
-        self.url(&format!("/v1/projects/{}{}", self.space.as_ref().unwrap(), path))
+        self.url(&format!(
+            "/v1/projects/{}{}",
+            self.space.as_ref().unwrap(),
+            path
+        ))
     }
 
     pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
@@ -138,7 +158,12 @@ impl TestApp {
 
     /// Publishes an event and returns its ID.
     pub async fn publish(&self, event_type: &str, payload: serde_json::Value) -> String {
-        let (status, json) = self.post("/events", serde_json::json!({"type": event_type, "payload": payload})).await;
+        let (status, json) = self
+            .post(
+                "/events",
+                serde_json::json!({"type": event_type, "payload": payload}),
+            )
+            .await;
         assert_eq!(status, 202, "{json}");
         json["id"].as_str().unwrap().to_owned()
     }
@@ -147,14 +172,21 @@ impl TestApp {
     pub async fn deliveries_of(&self, event_id: &str) -> Vec<serde_json::Value> {
         let (status, json) = self.get("/deliveries?limit=250").await;
         assert_eq!(status, 200, "{json}");
-        json["data"].as_array().unwrap().iter().filter(|d| d["eventId"] == event_id).cloned().collect()
+        json["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["eventId"] == event_id)
+            .cloned()
+            .collect()
     }
 
     /// Waits until the one delivery of `event_id` reaches `status`, and returns it with its attempts.
     pub async fn wait_for_delivery(&self, event_id: &str, status: &str) -> serde_json::Value {
         let id = eventually(30, || async {
             let ds = self.deliveries_of(event_id).await;
-            (ds.len() == 1 && ds[0]["status"] == status).then(|| ds[0]["id"].as_str().unwrap().to_owned())
+            (ds.len() == 1 && ds[0]["status"] == status)
+                .then(|| ds[0]["id"].as_str().unwrap().to_owned())
         })
         .await;
         self.get(&format!("/deliveries/{id}")).await.1
@@ -195,9 +227,22 @@ pub async fn spawn_app_with_config(db: &TestDb, config: Config) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(server::startup::run(config, storage.clone(), listener, shutdown.clone()));
+    let task = tokio::spawn(server::startup::run(
+        config,
+        storage.clone(),
+        listener,
+        shutdown.clone(),
+    ));
     wait_until_serving(addr).await;
-    TestApp { addr, db_url, storage, shutdown, task, api_key: None, space: None }
+    TestApp {
+        addr,
+        db_url,
+        storage,
+        shutdown,
+        task,
+        api_key: None,
+        space: None,
+    }
 }
 
 /// Waits until the server at `addr` answers `/healthz`, so a test never races its start-up.
@@ -206,7 +251,11 @@ pub async fn wait_until_serving(addr: SocketAddr) {
     eventually(30, || {
         let client = client.clone();
         async move {
-            let resp = client.get(format!("http://{addr}/healthz")).send().await.ok()?;
+            let resp = client
+                .get(format!("http://{addr}/healthz"))
+                .send()
+                .await
+                .ok()?;
             resp.status().is_success().then_some(())
         }
     })
@@ -233,7 +282,10 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(tokio::time::Instant::now() < deadline, "condition not met within {secs}s");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {secs}s"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
@@ -249,7 +301,12 @@ pub struct Reply {
 
 impl Reply {
     pub fn status(status: u16) -> Self {
-        Reply { status, headers: Vec::new(), body: String::new(), delay: std::time::Duration::ZERO }
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: String::new(),
+            delay: std::time::Duration::ZERO,
+        }
     }
     pub fn header(mut self, k: &str, v: &str) -> Self {
         self.headers.push((k.into(), v.into()));
@@ -276,7 +333,10 @@ pub struct Received {
 
 impl Received {
     pub fn header(&self, name: &str) -> String {
-        self.headers.get(name).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default()
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
     }
 }
 
@@ -317,7 +377,10 @@ impl Receiver {
                 let now_in = me.in_flight.fetch_add(1, SeqCst) + 1;
                 me.max_in_flight.fetch_max(now_in, SeqCst);
                 let (parts, body) = req.into_parts();
-                let webhook_id = parts.headers.get("webhook-id").map(|v| v.to_str().unwrap_or("").to_owned());
+                let webhook_id = parts
+                    .headers
+                    .get("webhook-id")
+                    .map(|v| v.to_str().unwrap_or("").to_owned());
                 if let Some(id) = &webhook_id {
                     if !me.open_ids.lock().unwrap().insert(id.clone()) {
                         me.overlaps.fetch_add(1, SeqCst);
@@ -330,7 +393,12 @@ impl Receiver {
                     body: String::from_utf8_lossy(&body).into_owned(),
                     at: std::time::Instant::now(),
                 });
-                let reply = me.script.lock().unwrap().pop_front().unwrap_or_else(|| me.default.lock().unwrap().clone());
+                let reply = me
+                    .script
+                    .lock()
+                    .unwrap()
+                    .pop_front()
+                    .unwrap_or_else(|| me.default.lock().unwrap().clone());
                 tokio::time::sleep(reply.delay).await;
                 if let Some(id) = &webhook_id {
                     me.open_ids.lock().unwrap().remove(id);

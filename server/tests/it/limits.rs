@@ -144,9 +144,15 @@ on_both_backends! {
 /// Two instances (each with its own engine and connection pool) on one PostgreSQL database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
-    let Some(db) = crate::helpers::fresh_db(crate::helpers::Db::Postgres).await else { return };
+    let Some(db) = crate::helpers::fresh_db(crate::helpers::Db::Postgres).await else {
+        return;
+    };
     let second_storage = server::storage::connect(&db.url).await.unwrap();
-    let db2 = crate::helpers::TestDb { url: db.url.clone(), storage: second_storage, _dir: None };
+    let db2 = crate::helpers::TestDb {
+        url: db.url.clone(),
+        storage: second_storage,
+        _dir: None,
+    };
     let one = spawn_app(&db).await.with_space().await;
     let mut two = spawn_app(&db2).await;
     two.api_key = one.api_key.clone();
@@ -161,7 +167,13 @@ async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
         tasks.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             for i in 0..250 {
-                let resp = client.post(&url).bearer_auth(&key).json(&json!({"type": "x", "payload": {"c": chunk, "i": i}})).send().await.unwrap();
+                let resp = client
+                    .post(&url)
+                    .bearer_auth(&key)
+                    .json(&json!({"type": "x", "payload": {"c": chunk, "i": i}}))
+                    .send()
+                    .await
+                    .unwrap();
                 assert_eq!(resp.status(), 202);
             }
         }));
@@ -177,7 +189,11 @@ async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
     let ids: std::collections::HashSet<_> = got.iter().map(|r| r.header("webhook-id")).collect();
     assert_eq!(ids.len(), 2000, "every event delivered");
     assert_eq!(rx.overlaps(), 0, "no delivery in flight twice");
-    assert!(rx.max_in_flight() <= 5, "the destination limit held across both instances: {}", rx.max_in_flight());
+    assert!(
+        rx.max_in_flight() <= 5,
+        "the destination limit held across both instances: {}",
+        rx.max_in_flight()
+    );
     let (status, failed) = one.get("/deliveries?status=failed").await;
     assert_eq!(status, 200);
     assert!(failed["data"].as_array().unwrap().is_empty());

@@ -3,18 +3,18 @@
 //! started one (`PARTYFLOW_TEST_POSTGRES_URL`), PostgreSQL.
 
 mod api;
+mod bots;
 mod cli;
 mod console;
 mod crash;
 mod dispatch;
+mod health;
+mod helpers;
+mod incoming;
+mod limits;
+mod openapi;
 mod resend;
 mod retry_after;
 mod schedule;
 mod standard_webhooks;
-mod health;
-mod incoming;
-mod limits;
-mod openapi;
-mod bots;
-mod helpers;
 mod storage;

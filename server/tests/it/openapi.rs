@@ -217,25 +217,29 @@ on_both_backends! {
             eprintln!("PARTYFLOW_TEST_SCHEMATHESIS is not 1: the schemathesis run is SKIPPED");
             return;
         }
+        // A 5xx's cause is logged at ERROR: show it next to schemathesis's report.
         let _ = tracing_subscriber::fmt().with_env_filter("error").with_test_writer().try_init();
         let app = spawn_app(&db).await.with_space().await;
 
-        // Data for every kind of resource, so pinned IDs answer 200 and lists are not empty.
+        // Data of every kind, so pinned IDs answer 200 and lists are not empty.
         let receiver = Receiver::start().await;
         app.destination(json!({"url": receiver.url("/ok"), "description": "answers 200"})).await;
         // Nothing listens there: one attempt fails for good, eight keep a delivery retrying.
-        app.destination(json!({"url": closed_port_url().await, "maxAttempts": 1, "eventTypes": ["order.created"]}))
-            .await;
-        app.destination(json!({"url": closed_port_url().await, "eventTypes": ["order.created"]})).await;
+        let closed =
+            json!({"url": closed_port_url().await, "maxAttempts": 1, "eventTypes": ["order.created"]});
+        app.destination(closed).await;
+        let retrying = json!({"url": closed_port_url().await, "eventTypes": ["order.created"]});
+        app.destination(retrying).await;
         let (status, channel) = app.post("/channels", json!({"name": "general"})).await;
         assert_eq!(status, 201, "{channel}");
         let channel_id = channel["id"].as_str().unwrap();
-        let (status, message) = app.post(&format!("/channels/{channel_id}/messages"), json!({"text": "hello"})).await;
+        let messages = format!("/channels/{channel_id}/messages");
+        let (status, message) = app.post(&messages, json!({"text": "hello"})).await;
         assert_eq!(status, 201, "{message}");
         let (status, bot) = app.post("/bots", json!({"name": "builder"})).await;
         assert_eq!(status, 201, "{bot}");
-        let (status, hook) =
-            app.post("/incoming-webhooks", json!({"channelId": channel_id, "name": "ci", "signingSecret": true})).await;
+        let hook = json!({"channelId": channel_id, "name": "ci", "signingSecret": true});
+        let (status, hook) = app.post("/incoming-webhooks", hook).await;
         assert_eq!(status, 201, "{hook}");
         for n in 0..3 {
             app.publish("order.created", json!({"n": n})).await;

@@ -9,7 +9,12 @@ use crate::on_both_backends;
 const NOW: i64 = 1_780_000_000_000;
 
 async fn space(store: &dyn Storage, plan: Plan) -> Space {
-    let space = Space { id: SpaceId::new(), name: "Acme".into(), plan, created_at: NOW };
+    let space = Space {
+        id: SpaceId::new(),
+        name: "Acme".into(),
+        plan,
+        created_at: NOW,
+    };
     store.create_space(&space).await.unwrap();
     space
 }
@@ -24,7 +29,10 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
         secret: "whsec_dGVzdHNlY3JldHRlc3RzZWNyZXQ=".into(),
         previous_secret: None,
         previous_secret_expires_at: None,
-        rate_limit: Some(RateLimit { count: 50, period: RatePeriod::Minute }),
+        rate_limit: Some(RateLimit {
+            count: 50,
+            period: RatePeriod::Minute,
+        }),
         max_attempts: 8,
         timeout_seconds: 30,
         retry_policy: json!({"preset": "partyflow"}),

@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
-    ApiKeyPath, BadRequest, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
-    UnsupportedMediaType,
+    ApiKeyPath, BadRequest, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
+    Unprocessable, UnsupportedMediaType,
 };
 use super::views::{rfc3339, PageOf};
 use crate::auth;
@@ -32,7 +32,11 @@ pub fn router() -> Router<AppState> {
 #[schema(as = CreateApiKey)]
 struct CreateBody {
     /// 1 to 100 bytes (trimmed), no NUL characters.
-    #[schema(min_length = 1, max_length = 100, pattern = r"^[^\x00]*[^\s\x00][^\x00]*$")]
+    #[schema(
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+    )]
     name: String,
 }
 
@@ -96,7 +100,10 @@ async fn create(
     let space_id = caller.space(&project)?;
     let name = body.name.trim();
     if name.is_empty() || name.len() > 100 || name.contains('\0') {
-        return Err(ApiError::invalid("invalid_name", "name needs 1 to 100 characters and no NUL"));
+        return Err(ApiError::invalid(
+            "invalid_name",
+            "name needs 1 to 100 characters and no NUL",
+        ));
     }
     let secret = auth::new_token("pfk");
     let key = ApiKey {
@@ -108,7 +115,10 @@ async fn create(
         last_used_at: None,
         revoked_at: None,
     };
-    state.storage.create_api_key(&key, &auth::hash_token(&secret)).await?;
+    state
+        .storage
+        .create_api_key(&key, &auth::hash_token(&secret))
+        .await?;
     let mut view = ApiKeyView::from(&key);
     view.key = Some(secret);
     Ok((StatusCode::CREATED, Json(view)))
@@ -135,7 +145,10 @@ async fn list(
 ) -> Result<Json<PageOf<ApiKeyView>>, ApiError> {
     let space_id = caller.space(&project)?;
     let keys = state.storage.list_api_keys(space_id).await?;
-    Ok(Json(PageOf { data: keys.iter().map(ApiKeyView::from).collect(), next_cursor: None }))
+    Ok(Json(PageOf {
+        data: keys.iter().map(ApiKeyView::from).collect(),
+        next_cursor: None,
+    }))
 }
 
 #[utoipa::path(
@@ -160,7 +173,11 @@ async fn revoke(
     let space_id = caller.space(&project)?;
     let not_found = || ApiError::NotFound(format!("no live API key {id:?}"));
     let key_id: ApiKeyId = id.parse().map_err(|_| not_found())?;
-    match state.storage.revoke_api_key(space_id, key_id, now_ms()).await {
+    match state
+        .storage
+        .revoke_api_key(space_id, key_id, now_ms())
+        .await
+    {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(StorageError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),

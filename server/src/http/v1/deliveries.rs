@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::events::page_limit;
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
-    BadRequest, DeliveryPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
-    UnsupportedMediaType,
+    BadRequest, DeliveryPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
+    Unprocessable, UnsupportedMediaType,
 };
 use super::views::{AttemptView, DeliveryView, PageOf};
 use crate::clock::now_ms;
@@ -24,12 +24,24 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/projects/{project}/deliveries", get(list))
         .route("/projects/{project}/deliveries/resend", post(resend_many))
-        .route("/projects/{project}/deliveries/resend-failed", post(resend_failed))
+        .route(
+            "/projects/{project}/deliveries/resend-failed",
+            post(resend_failed),
+        )
         .route("/projects/{project}/deliveries/cancel", post(cancel_many))
         .route("/projects/{project}/deliveries/{id}", get(read))
-        .route("/projects/{project}/deliveries/{id}/attempts", get(attempts))
-        .route("/projects/{project}/deliveries/{id}/resend", post(resend_one))
-        .route("/projects/{project}/deliveries/{id}/cancel", post(cancel_one))
+        .route(
+            "/projects/{project}/deliveries/{id}/attempts",
+            get(attempts),
+        )
+        .route(
+            "/projects/{project}/deliveries/{id}/resend",
+            post(resend_one),
+        )
+        .route(
+            "/projects/{project}/deliveries/{id}/cancel",
+            post(cancel_one),
+        )
 }
 
 /// The most deliveries one resend or cancel call may name (SPEC §2.7).
@@ -111,7 +123,12 @@ fn bulk_item(id: String, outcome: BulkOutcome, cancelling: bool) -> BulkItem {
         BulkOutcome::WrongStatus(s) => ("not_finished", None, Some(s)),
         BulkOutcome::DestinationInactive => ("destination_inactive", None, None),
     };
-    BulkItem { id, result, new_delivery_id, status }
+    BulkItem {
+        id,
+        result,
+        new_delivery_id,
+        status,
+    }
 }
 
 /// Parses the chosen IDs; unknown or malformed ones are reported, never dropped.
@@ -119,7 +136,10 @@ fn chosen(body: ChosenBody) -> Result<(Vec<DeliveryId>, Vec<BulkItem>), ApiError
     if body.delivery_ids.is_empty() || body.delivery_ids.len() > MAX_CHOSEN {
         return Err(ApiError::invalid(
             "too_many_deliveries",
-            format!("deliveryIds needs 1 to {MAX_CHOSEN} IDs, got {}", body.delivery_ids.len()),
+            format!(
+                "deliveryIds needs 1 to {MAX_CHOSEN} IDs, got {}",
+                body.delivery_ids.len()
+            ),
         ));
     }
     let mut ids = Vec::new();
@@ -155,7 +175,10 @@ async fn resend_one(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<(StatusCode, Json<DeliveryView>), ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
-    let outcome = state.storage.resend_deliveries(d.space_id, &[d.id], now_ms()).await?;
+    let outcome = state
+        .storage
+        .resend_deliveries(d.space_id, &[d.id], now_ms())
+        .await?;
     match outcome.first().map(|(_, o)| *o) {
         Some(BulkOutcome::Resent(new)) => {
             state.wake.notify_one();
@@ -164,7 +187,8 @@ async fn resend_one(
         }
         Some(BulkOutcome::DestinationInactive) => Err(ApiError::Conflict {
             code: "destination_inactive",
-            message: "the delivery's destination is inactive; enable it before sending again".into(),
+            message: "the delivery's destination is inactive; enable it before sending again"
+                .into(),
         }),
         Some(BulkOutcome::WrongStatus(s)) => Err(ApiError::Conflict {
             code: "delivery_not_finished",
@@ -201,13 +225,27 @@ async fn resend_many(
 ) -> Result<Json<BulkAnswer>, ApiError> {
     let space_id = caller.space(&project)?;
     let (ids, mut results) = chosen(body)?;
-    let outcomes = state.storage.resend_deliveries(space_id, &ids, now_ms()).await?;
-    let resent = outcomes.iter().filter(|(_, o)| matches!(o, BulkOutcome::Resent(_))).count() as i64;
+    let outcomes = state
+        .storage
+        .resend_deliveries(space_id, &ids, now_ms())
+        .await?;
+    let resent = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, BulkOutcome::Resent(_)))
+        .count() as i64;
     if resent > 0 {
         state.wake.notify_one();
     }
-    results.extend(outcomes.into_iter().map(|(id, o)| bulk_item(id.to_string(), o, false)));
-    Ok(Json(BulkAnswer { resent: Some(resent), cancelled: None, results }))
+    results.extend(
+        outcomes
+            .into_iter()
+            .map(|(id, o)| bulk_item(id.to_string(), o, false)),
+    );
+    Ok(Json(BulkAnswer {
+        resent: Some(resent),
+        cancelled: None,
+        results,
+    }))
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -250,7 +288,11 @@ async fn resend_failed(
             code: "body_too_large",
             message: "the request body is larger than this server accepts".into(),
         },
-        status => ApiError::Status { status, code: "bad_request", message: rejection.body_text() },
+        status => ApiError::Status {
+            status,
+            code: "bad_request",
+            message: rejection.body_text(),
+        },
     })?;
     // The body is optional: none (or `{}`) means the whole space.
     let body: ResendFailedBody = if body.iter().all(u8::is_ascii_whitespace) {
@@ -260,26 +302,42 @@ async fn resend_failed(
             if e.is_data() {
                 ApiError::invalid("invalid_body", e.to_string())
             } else {
-                ApiError::Status { status: StatusCode::BAD_REQUEST, code: "malformed_json", message: e.to_string() }
+                ApiError::Status {
+                    status: StatusCode::BAD_REQUEST,
+                    code: "malformed_json",
+                    message: e.to_string(),
+                }
             }
         })?
     };
     let destination_id = match body.destination_id {
         None => None,
         Some(raw) => {
-            let id: DestinationId = raw.parse().map_err(|_| ApiError::NotFound(format!("no destination {raw:?}")))?;
-            state.storage.get_destination(space_id, id).await.map_err(|e| match e {
-                StorageError::NotFound => ApiError::NotFound(format!("no destination {raw:?}")),
-                other => other.into(),
-            })?;
+            let id: DestinationId = raw
+                .parse()
+                .map_err(|_| ApiError::NotFound(format!("no destination {raw:?}")))?;
+            state
+                .storage
+                .get_destination(space_id, id)
+                .await
+                .map_err(|e| match e {
+                    StorageError::NotFound => ApiError::NotFound(format!("no destination {raw:?}")),
+                    other => other.into(),
+                })?;
             Some(id)
         }
     };
-    let done = state.storage.resend_failed(space_id, destination_id, MAX_RESEND_FAILED, now_ms()).await?;
+    let done = state
+        .storage
+        .resend_failed(space_id, destination_id, MAX_RESEND_FAILED, now_ms())
+        .await?;
     if done.resent > 0 {
         state.wake.notify_one();
     }
-    Ok(Json(ResendFailedAnswer { resent: done.resent, remaining: done.remaining }))
+    Ok(Json(ResendFailedAnswer {
+        resent: done.resent,
+        remaining: done.remaining,
+    }))
 }
 
 #[utoipa::path(
@@ -303,12 +361,19 @@ async fn cancel_one(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<Json<DeliveryView>, ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
-    let outcome = state.storage.cancel_deliveries(d.space_id, &[d.id], now_ms()).await?;
+    let outcome = state
+        .storage
+        .cancel_deliveries(d.space_id, &[d.id], now_ms())
+        .await?;
     match outcome.first().map(|(_, o)| *o) {
-        Some(BulkOutcome::Cancelled) => Ok(Json(DeliveryView::from(&state.storage.get_delivery(d.id).await?))),
+        Some(BulkOutcome::Cancelled) => Ok(Json(DeliveryView::from(
+            &state.storage.get_delivery(d.id).await?,
+        ))),
         Some(BulkOutcome::WrongStatus(s)) => Err(ApiError::Conflict {
             code: "delivery_not_waiting",
-            message: format!("the delivery is {s}; only a pending or retrying delivery can be cancelled"),
+            message: format!(
+                "the delivery is {s}; only a pending or retrying delivery can be cancelled"
+            ),
         }),
         _ => Err(ApiError::NotFound(format!("no delivery {id:?}"))),
     }
@@ -341,10 +406,24 @@ async fn cancel_many(
 ) -> Result<Json<BulkAnswer>, ApiError> {
     let space_id = caller.space(&project)?;
     let (ids, mut results) = chosen(body)?;
-    let outcomes = state.storage.cancel_deliveries(space_id, &ids, now_ms()).await?;
-    let cancelled = outcomes.iter().filter(|(_, o)| matches!(o, BulkOutcome::Cancelled)).count() as i64;
-    results.extend(outcomes.into_iter().map(|(id, o)| bulk_item(id.to_string(), o, true)));
-    Ok(Json(BulkAnswer { resent: None, cancelled: Some(cancelled), results }))
+    let outcomes = state
+        .storage
+        .cancel_deliveries(space_id, &ids, now_ms())
+        .await?;
+    let cancelled = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, BulkOutcome::Cancelled))
+        .count() as i64;
+    results.extend(
+        outcomes
+            .into_iter()
+            .map(|(id, o)| bulk_item(id.to_string(), o, true)),
+    );
+    Ok(Json(BulkAnswer {
+        resent: None,
+        cancelled: Some(cancelled),
+        results,
+    }))
 }
 
 /// The filters of the delivery listing, and its page.
@@ -352,12 +431,15 @@ async fn cancel_many(
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Only deliveries in this status.
     #[serde(default)]
     #[param(value_type = Option<DeliveryStatus>, inline)]
     status: Option<String>,
+    /// Only deliveries to this destination.
     #[serde(default)]
     #[param(value_type = Option<DestinationId>, inline)]
     destination_id: Option<String>,
+    /// Only deliveries of events of this type.
     #[serde(default)]
     event_type: Option<String>,
     /// The class of the last failed attempt.
@@ -385,14 +467,23 @@ fn parse_time(name: &str, s: &str) -> Result<UnixMs, ApiError> {
     }
     time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
         .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
-        .map_err(|_| ApiError::invalid("invalid_filter", format!("{name} must be RFC 3339 or Unix milliseconds")))
+        .map_err(|_| {
+            ApiError::invalid(
+                "invalid_filter",
+                format!("{name} must be RFC 3339 or Unix milliseconds"),
+            )
+        })
 }
 
 fn filter_value<T: std::str::FromStr>(name: &str, v: Option<String>) -> Result<Option<T>, ApiError>
 where
     T::Err: std::fmt::Display,
 {
-    v.map(|s| s.parse::<T>().map_err(|e| ApiError::invalid("invalid_filter", format!("{name}: {e}")))).transpose()
+    v.map(|s| {
+        s.parse::<T>()
+            .map_err(|e| ApiError::invalid("invalid_filter", format!("{name}: {e}")))
+    })
+    .transpose()
 }
 
 #[utoipa::path(
@@ -425,22 +516,46 @@ async fn list(
         destination_id: filter_value("destinationId", q.destination_id)?,
         event_type: match q.event_type {
             Some(t) if t.contains('\0') => {
-                return Err(ApiError::invalid("invalid_filter", "eventType must not contain NUL"))
+                return Err(ApiError::invalid(
+                    "invalid_filter",
+                    "eventType must not contain NUL",
+                ))
             }
             other => other,
         },
         error_class: filter_value("errorClass", q.error_class)?,
-        since: q.since.as_deref().map(|s| parse_time("since", s)).transpose()?,
-        until: q.until.as_deref().map(|s| parse_time("until", s)).transpose()?,
+        since: q
+            .since
+            .as_deref()
+            .map(|s| parse_time("since", s))
+            .transpose()?,
+        until: q
+            .until
+            .as_deref()
+            .map(|s| parse_time("until", s))
+            .transpose()?,
     };
     let before = filter_value::<DeliveryId>("cursor", q.cursor)?;
-    let rows = state.storage.list_deliveries(&filter, Page { before, limit }).await?;
-    let next_cursor = (rows.len() as i64 == limit).then(|| rows.last().map(|d| d.id.to_string())).flatten();
-    Ok(Json(PageOf { data: rows.iter().map(DeliveryView::from).collect(), next_cursor }))
+    let rows = state
+        .storage
+        .list_deliveries(&filter, Page { before, limit })
+        .await?;
+    let next_cursor = (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|d| d.id.to_string()))
+        .flatten();
+    Ok(Json(PageOf {
+        data: rows.iter().map(DeliveryView::from).collect(),
+        next_cursor,
+    }))
 }
 
 /// The delivery, if it is in the caller's space.
-pub async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) -> Result<Delivery, ApiError> {
+pub async fn find(
+    state: &AppState,
+    caller: &Caller,
+    project: &str,
+    id: &str,
+) -> Result<Delivery, ApiError> {
     let space_id = caller.space(project)?;
     let not_found = || ApiError::NotFound(format!("no delivery {id:?}"));
     let id: DeliveryId = id.parse().map_err(|_| not_found())?;
@@ -498,5 +613,8 @@ async fn attempts(
 ) -> Result<Json<PageOf<AttemptView>>, ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
     let attempts = state.storage.list_attempts(d.id).await?;
-    Ok(Json(PageOf { data: attempts.iter().map(AttemptView::from).collect(), next_cursor: None }))
+    Ok(Json(PageOf {
+        data: attempts.iter().map(AttemptView::from).collect(),
+        next_cursor: None,
+    }))
 }

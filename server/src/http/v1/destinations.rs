@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
-    BadRequest, DestinationPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
-    UnsupportedMediaType,
+    BadRequest, DestinationPath, InternalError, NotFound, PayloadTooLarge, ProjectPath,
+    Unauthorized, Unprocessable, UnsupportedMediaType,
 };
 use super::views::{rfc3339, DestinationView, PageOf};
 use crate::clock::now_ms;
@@ -27,10 +27,19 @@ pub const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/projects/{project}/destinations", post(create).get(list))
-        .route("/projects/{project}/destinations/{id}", get(read).patch(update).delete(remove))
+        .route(
+            "/projects/{project}/destinations/{id}",
+            get(read).patch(update).delete(remove),
+        )
         .route("/projects/{project}/destinations/{id}/enable", post(enable))
-        .route("/projects/{project}/destinations/{id}/disable", post(disable))
-        .route("/projects/{project}/destinations/{id}/rotate-secret", post(rotate_secret))
+        .route(
+            "/projects/{project}/destinations/{id}/disable",
+            post(disable),
+        )
+        .route(
+            "/projects/{project}/destinations/{id}/rotate-secret",
+            post(rotate_secret),
+        )
 }
 
 /// A new destination; only `url` is required.
@@ -74,7 +83,9 @@ struct CreateBody {
 }
 
 /// Absent stays `None`; `null` becomes `Some(None)`: PATCH can clear a field.
-fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
 }
 
@@ -86,7 +97,11 @@ fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<Opti
 #[schema(as = UpdateDestination)]
 struct UpdateBody {
     #[serde(default)]
-    #[schema(format = "uri", pattern = "^[Hh][Tt][Tt][Pp][Ss]?://", max_length = 2048)]
+    #[schema(
+        format = "uri",
+        pattern = "^[Hh][Tt][Tt][Pp][Ss]?://",
+        max_length = 2048
+    )]
     url: Option<String>,
     /// At most 1000 bytes.
     #[serde(default)]
@@ -119,16 +134,21 @@ fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
 pub fn check_event_type(t: &str) -> Result<(), ApiError> {
     let ok = !t.is_empty()
         && t.len() <= 100
-        && t.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
     if ok {
         Ok(())
     } else {
-        Err(invalid("invalid_event_type", format!("{t:?} is not an event type: use 1-100 of A-Z a-z 0-9 . _ : -")))
+        Err(invalid(
+            "invalid_event_type",
+            format!("{t:?} is not an event type: use 1-100 of A-Z a-z 0-9 . _ : -"),
+        ))
     }
 }
 
 fn check_url(url: &str) -> Result<String, ApiError> {
-    let parsed = url::Url::parse(url).map_err(|e| invalid("invalid_url", format!("{url:?} is not a URL: {e}")))?;
+    let parsed = url::Url::parse(url)
+        .map_err(|e| invalid("invalid_url", format!("{url:?} is not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(invalid("invalid_url", "the URL must use http or https"));
     }
@@ -136,7 +156,10 @@ fn check_url(url: &str) -> Result<String, ApiError> {
         return Err(invalid("invalid_url", "the URL needs a host"));
     }
     if url.len() > 2048 {
-        return Err(invalid("invalid_url", "the URL may have at most 2048 characters"));
+        return Err(invalid(
+            "invalid_url",
+            "the URL may have at most 2048 characters",
+        ));
     }
     Ok(parsed.to_string())
 }
@@ -144,7 +167,10 @@ fn check_url(url: &str) -> Result<String, ApiError> {
 fn check_event_types(types: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
     let Some(types) = types else { return Ok(None) };
     if types.is_empty() || types.len() > 100 {
-        return Err(invalid("invalid_event_types", "eventTypes needs 1 to 100 entries, or null for every type"));
+        return Err(invalid(
+            "invalid_event_types",
+            "eventTypes needs 1 to 100 entries, or null for every type",
+        ));
     }
     for t in &types {
         if t != "*" {
@@ -156,9 +182,10 @@ fn check_event_types(types: Option<Vec<String>>) -> Result<Option<Vec<String>>, 
 
 fn check_rate_limit(r: Option<RateLimit>) -> Result<Option<RateLimit>, ApiError> {
     match r {
-        Some(r) if r.count == 0 || r.count > 1_000_000 => {
-            Err(invalid("invalid_rate_limit", "rateLimit.count must be between 1 and 1000000"))
-        }
+        Some(r) if r.count == 0 || r.count > 1_000_000 => Err(invalid(
+            "invalid_rate_limit",
+            "rateLimit.count must be between 1 and 1000000",
+        )),
         other => Ok(other),
     }
 }
@@ -167,19 +194,29 @@ fn check_timeout(t: Option<i64>) -> Result<i64, ApiError> {
     match t {
         None => Ok(30),
         Some(t @ 1..=60) => Ok(t),
-        Some(t) => Err(invalid("invalid_timeout", format!("timeoutSeconds must be between 1 and 60, not {t}"))),
+        Some(t) => Err(invalid(
+            "invalid_timeout",
+            format!("timeoutSeconds must be between 1 and 60, not {t}"),
+        )),
     }
 }
 
-fn check_policy(policy: Option<&Value>, max_attempts: Option<i64>) -> Result<RetryPolicy, ApiError> {
-    RetryPolicy::parse(policy, max_attempts).map_err(|e| invalid("invalid_retry_policy", e.to_string()))
+fn check_policy(
+    policy: Option<&Value>,
+    max_attempts: Option<i64>,
+) -> Result<RetryPolicy, ApiError> {
+    RetryPolicy::parse(policy, max_attempts)
+        .map_err(|e| invalid("invalid_retry_policy", e.to_string()))
 }
 
 fn check_transformation(program: Option<String>) -> Result<Option<String>, ApiError> {
     match program {
         None => Ok(None),
         Some(p) if p.trim().is_empty() => Ok(None),
-        Some(p) if p.contains('\0') => Err(invalid("invalid_transformation", "the program must not contain NUL")),
+        Some(p) if p.contains('\0') => Err(invalid(
+            "invalid_transformation",
+            "the program must not contain NUL",
+        )),
         Some(p) => {
             transform::compile(&p).map_err(|e| invalid("invalid_transformation", e.to_string()))?;
             Ok(Some(p))
@@ -190,10 +227,16 @@ fn check_transformation(program: Option<String>) -> Result<Option<String>, ApiEr
 fn check_description(d: Option<String>) -> Result<String, ApiError> {
     let d = d.unwrap_or_default();
     if d.len() > 1000 {
-        return Err(invalid("invalid_description", "description may have at most 1000 characters"));
+        return Err(invalid(
+            "invalid_description",
+            "description may have at most 1000 characters",
+        ));
     }
     if d.contains('\0') {
-        return Err(invalid("invalid_description", "description must not contain NUL"));
+        return Err(invalid(
+            "invalid_description",
+            "description must not contain NUL",
+        ));
     }
     Ok(d)
 }
@@ -261,16 +304,28 @@ async fn create(
 }
 
 fn parse_id(id: &str) -> Result<DestinationId, ApiError> {
-    id.parse().map_err(|_| ApiError::NotFound(format!("no destination {id:?}")))
+    id.parse()
+        .map_err(|_| ApiError::NotFound(format!("no destination {id:?}")))
 }
 
-async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) -> Result<Destination, ApiError> {
+async fn find(
+    state: &AppState,
+    caller: &Caller,
+    project: &str,
+    id: &str,
+) -> Result<Destination, ApiError> {
     let space_id = caller.space(project)?;
     let id = parse_id(id)?;
-    state.storage.get_destination(space_id, id).await.map_err(|e| match e {
-        crate::storage::StorageError::NotFound => ApiError::NotFound(format!("no destination {id}")),
-        other => other.into(),
-    })
+    state
+        .storage
+        .get_destination(space_id, id)
+        .await
+        .map_err(|e| match e {
+            crate::storage::StorageError::NotFound => {
+                ApiError::NotFound(format!("no destination {id}"))
+            }
+            other => other.into(),
+        })
 }
 
 #[utoipa::path(
@@ -294,7 +349,10 @@ async fn list(
 ) -> Result<Json<PageOf<DestinationView>>, ApiError> {
     let space_id = caller.space(&project)?;
     let all = state.storage.list_destinations(space_id).await?;
-    Ok(Json(PageOf { data: all.iter().map(view).collect(), next_cursor: None }))
+    Ok(Json(PageOf {
+        data: all.iter().map(view).collect(),
+        next_cursor: None,
+    }))
 }
 
 #[utoipa::path(
@@ -363,7 +421,10 @@ async fn update(
     if body.retry_policy.is_some() || body.max_attempts.is_some() {
         let current = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)).ok();
         let policy_json = body.retry_policy.or_else(|| current.map(|p| p.to_json()));
-        let policy = check_policy(policy_json.as_ref(), body.max_attempts.or(Some(d.max_attempts)))?;
+        let policy = check_policy(
+            policy_json.as_ref(),
+            body.max_attempts.or(Some(d.max_attempts)),
+        )?;
         d.max_attempts = i64::from(policy.max_attempts);
         d.retry_policy = policy.to_json();
     }
@@ -409,7 +470,13 @@ async fn set_status(
     let d = find(state, caller, project, id).await?;
     let updated = state
         .storage
-        .set_destination_status(d.space_id, d.id, status, Some("disabled through the API"), now_ms())
+        .set_destination_status(
+            d.space_id,
+            d.id,
+            status,
+            Some("disabled through the API"),
+            now_ms(),
+        )
         .await?;
     if status == DestinationStatus::Active {
         state.wake.notify_one();

@@ -13,8 +13,8 @@ use super::channels::list_query;
 use super::destinations::check_event_type;
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
-    BadRequest, EventPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized, Unprocessable,
-    UnsupportedMediaType,
+    BadRequest, EventPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
+    Unprocessable, UnsupportedMediaType,
 };
 use super::views::{EventView, PageOf};
 use crate::clock::now_ms;
@@ -92,7 +92,10 @@ async fn publish(
     check_event_type(&body.event_type)?;
     if let Some(key) = &body.idempotency_key {
         if key.is_empty() || key.len() > 255 || key.contains('\0') {
-            return Err(ApiError::invalid("invalid_idempotency_key", "idempotencyKey needs 1 to 255 bytes and no NUL"));
+            return Err(ApiError::invalid(
+                "invalid_idempotency_key",
+                "idempotencyKey needs 1 to 255 bytes and no NUL",
+            ));
         }
     }
     let payload_text = body.payload.to_string();
@@ -101,7 +104,10 @@ async fn publish(
         h.update(body.event_type.as_bytes());
         h.update([0]);
         h.update(payload_text.as_bytes());
-        h.finalize().iter().map(|b| format!("{b:02x}")).collect::<String>()
+        h.finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
     };
     let now = now_ms();
     let new = NewEvent {
@@ -116,19 +122,40 @@ async fn publish(
         request_hash: request_hash.clone(),
     };
     match state.storage.publish_event(&new, now).await? {
-        Published::Created { event_id, deliveries, .. } => {
+        Published::Created {
+            event_id,
+            deliveries,
+            ..
+        } => {
             if deliveries > 0 {
                 state.wake.notify_one();
             }
-            Ok((StatusCode::ACCEPTED, Json(Published202 { id: event_id, deliveries })))
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(Published202 {
+                    id: event_id,
+                    deliveries,
+                }),
+            ))
         }
-        Published::Replayed { request_hash: first, .. } if first != request_hash => Err(ApiError::Conflict {
+        Published::Replayed {
+            request_hash: first,
+            ..
+        } if first != request_hash => Err(ApiError::Conflict {
             code: "idempotency_key_reused",
             message: "this idempotencyKey was already used for a different event".into(),
         }),
-        Published::Replayed { event_id, deliveries, .. } => {
-            Ok((StatusCode::ACCEPTED, Json(Published202 { id: event_id, deliveries })))
-        }
+        Published::Replayed {
+            event_id,
+            deliveries,
+            ..
+        } => Ok((
+            StatusCode::ACCEPTED,
+            Json(Published202 {
+                id: event_id,
+                deliveries,
+            }),
+        )),
     }
 }
 
@@ -151,7 +178,10 @@ pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
     match limit {
         None => Ok(50),
         Some(l @ 1..=250) => Ok(l),
-        Some(l) => Err(ApiError::invalid("invalid_limit", format!("limit must be between 1 and 250, not {l}"))),
+        Some(l) => Err(ApiError::invalid(
+            "invalid_limit",
+            format!("limit must be between 1 and 250, not {l}"),
+        )),
     }
 }
 
@@ -182,12 +212,21 @@ async fn list(
     let before = q
         .cursor
         .map(|c| {
-            c.parse::<EventId>().map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
+            c.parse::<EventId>()
+                .map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
         })
         .transpose()?;
-    let events = state.storage.list_events(space_id, Page { before, limit }).await?;
-    let next_cursor = (events.len() as i64 == limit).then(|| events.last().map(|e| e.id.to_string())).flatten();
-    Ok(Json(PageOf { data: events.iter().map(EventView::from).collect(), next_cursor }))
+    let events = state
+        .storage
+        .list_events(space_id, Page { before, limit })
+        .await?;
+    let next_cursor = (events.len() as i64 == limit)
+        .then(|| events.last().map(|e| e.id.to_string()))
+        .flatten();
+    Ok(Json(PageOf {
+        data: events.iter().map(EventView::from).collect(),
+        next_cursor,
+    }))
 }
 
 #[utoipa::path(

@@ -46,7 +46,10 @@ impl FromRequestParts<AppState> for Caller {
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::Unauthorized)?;
         match state.storage.find_api_key(&auth::hash_token(token)).await {
-            Ok(key) => Ok(Caller { space_id: key.space_id, key }),
+            Ok(key) => Ok(Caller {
+                space_id: key.space_id,
+                key,
+            }),
             Err(StorageError::NotFound) => Err(ApiError::Unauthorized),
             Err(e) => Err(e.into()),
         }
@@ -82,11 +85,17 @@ fn json_rejection(r: JsonRejection) -> ApiError {
             code: "unsupported_media_type",
             message: "expected a JSON body with `Content-Type: application/json`".into(),
         },
-        JsonRejection::BytesRejection(b) if b.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::Status {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            code: "body_too_large",
-            message: "the request body is larger than this server accepts".into(),
+        JsonRejection::BytesRejection(b) if b.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            ApiError::Status {
+                status: StatusCode::PAYLOAD_TOO_LARGE,
+                code: "body_too_large",
+                message: "the request body is larger than this server accepts".into(),
+            }
+        }
+        other => ApiError::Status {
+            status: other.status(),
+            code: "bad_request",
+            message: text,
         },
-        other => ApiError::Status { status: other.status(), code: "bad_request", message: text },
     }
 }

@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use super::events::page_limit;
 use super::extract::Caller;
-use super::openapi::{InternalError, NotFound, NotificationPath, ProjectPath, Unauthorized, Unprocessable};
+use super::openapi::{
+    InternalError, NotFound, NotificationPath, ProjectPath, Unauthorized, Unprocessable,
+};
 use super::views::{rfc3339, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
@@ -21,7 +23,10 @@ use crate::storage::{Page, StorageError};
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/projects/{project}/notifications", get(list))
-        .route("/projects/{project}/notifications/{id}/read", post(mark_read))
+        .route(
+            "/projects/{project}/notifications/{id}/read",
+            post(mark_read),
+        )
 }
 
 #[derive(Deserialize, utoipa::IntoParams)]
@@ -107,10 +112,17 @@ async fn list(
                 .map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
         })
         .transpose()?;
-    let rows =
-        state.storage.list_space_notifications(space_id, q.unread.unwrap_or(false), Page { before, limit }).await?;
-    let next_cursor = (rows.len() as i64 == limit).then(|| rows.last().map(|n| n.id.to_string())).flatten();
-    Ok(Json(PageOf { data: rows.iter().map(NotificationView::from).collect(), next_cursor }))
+    let rows = state
+        .storage
+        .list_space_notifications(space_id, q.unread.unwrap_or(false), Page { before, limit })
+        .await?;
+    let next_cursor = (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|n| n.id.to_string()))
+        .flatten();
+    Ok(Json(PageOf {
+        data: rows.iter().map(NotificationView::from).collect(),
+        next_cursor,
+    }))
 }
 
 #[utoipa::path(
@@ -135,7 +147,11 @@ async fn mark_read(
     let space_id = caller.space(&project)?;
     let not_found = || ApiError::NotFound(format!("no notification {id:?}"));
     let nid: NotificationId = id.parse().map_err(|_| not_found())?;
-    match state.storage.mark_space_notification_read(space_id, nid, now_ms()).await {
+    match state
+        .storage
+        .mark_space_notification_read(space_id, nid, now_ms())
+        .await
+    {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(StorageError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),

@@ -255,7 +255,7 @@ error_responses! {
 }
 
 /// A JSON error answer with this description.
-pub fn error_response(description: &str) -> Response {
+fn error_response(description: &str) -> Response {
     ResponseBuilder::new()
         .description(description)
         .content(
@@ -556,13 +556,4 @@ mod tests {
             .chars()
             .all(|c| c.is_ascii_digit() || (c.is_ascii_lowercase() && !"ilou".contains(c))));
     }
-}
-#[test]
-fn tmp_dump() {
-    std::fs::write("/tmp/oa.json", document_json()).unwrap();
-    std::fs::write(
-        "/tmp/oa.html",
-        super::docs::render(&super::docs::parse(document_json())),
-    )
-    .unwrap();
 }

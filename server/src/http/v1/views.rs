@@ -10,7 +10,8 @@ use crate::domain::*;
 pub fn rfc3339(ms: UnixMs) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&time::format_description::well_known::Rfc3339).unwrap_or_default()
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 fn rfc3339_opt(ms: Option<UnixMs>) -> Option<String> {
@@ -174,7 +175,11 @@ impl From<&Delivery> for DeliveryView {
             status: d.status,
             paused: d.paused,
             attempt_count: d.attempts,
-            next_attempt_at: if d.status.is_waiting() { rfc3339_opt(d.next_attempt_at) } else { None },
+            next_attempt_at: if d.status.is_waiting() {
+                rfc3339_opt(d.next_attempt_at)
+            } else {
+                None
+            },
             last_error_class: d.last_error_class,
             last_status_code: d.last_status_code,
             webhook_id: d.webhook_id(),
