@@ -768,6 +768,12 @@ macro_rules! impl_storage {
 
             async fn resend_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
                 let mut tx = self.pool.begin().await?;
+                // Write first, so SQLite takes its write lock before the reads below (a read-then-write
+                // transaction fails at once with "database is locked" if another writer came in between).
+                sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
+                    .bind(space_id.to_string())
+                    .execute(&mut *tx)
+                    .await?;
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
                     let row: Option<(String, String, String, String)> = sqlx::query_as(
