@@ -303,6 +303,30 @@ macro_rules! impl_storage {
                 Ok(effects)
             }
 
+            /// A new delivery of the same event to the same destination, due now with a full set
+            /// of attempts, linked both ways to the original `id` (SPEC §2.7).
+            async fn resend_in(tx: &mut sqlx::Transaction<'static, $db>, id: &str, now: UnixMs) -> Result<DeliveryId> {
+                let copy = DeliveryId::new();
+                sqlx::query(
+                    "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
+                     next_attempt_at, resent_from, created_at, updated_at) \
+                     SELECT $1, space_id, event_id, destination_id, event_type, 'pending', 0, $2, id, $2, $2 \
+                     FROM deliveries WHERE id = $3",
+                )
+                .bind(copy.to_string())
+                .bind(now)
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+                sqlx::query("UPDATE deliveries SET resent_as = $1, updated_at = $2 WHERE id = $3")
+                    .bind(copy.to_string())
+                    .bind(now)
+                    .bind(id)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(copy)
+            }
+
             async fn first_answer(&self, space_id: SpaceId, key: &str) -> Result<Published> {
                 let first = sqlx::query_as::<_, rows::IdempotencyRow>(
                     "SELECT request_hash, event_id, deliveries FROM idempotency_keys WHERE space_id = $1 AND key = $2",
@@ -776,15 +800,15 @@ macro_rules! impl_storage {
                     .await?;
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
-                    let row: Option<(String, String, String, String)> = sqlx::query_as(
-                        "SELECT d.status, d.event_id, d.destination_id, t.status FROM deliveries d \
+                    let row: Option<(String, String)> = sqlx::query_as(
+                        "SELECT d.status, t.status FROM deliveries d \
                          JOIN destinations t ON t.id = d.destination_id WHERE d.id = $1 AND d.space_id = $2",
                     )
                     .bind(id.to_string())
                     .bind(space_id.to_string())
                     .fetch_optional(&mut *tx)
                     .await?;
-                    let Some((status, event_id, destination_id, destination_status)) = row else {
+                    let Some((status, destination_status)) = row else {
                         out.push((*id, BulkOutcome::NotFound));
                         continue;
                     };
@@ -798,25 +822,7 @@ macro_rules! impl_storage {
                         out.push((*id, BulkOutcome::DestinationInactive));
                         continue;
                     }
-                    let copy = DeliveryId::new();
-                    sqlx::query(
-                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
-                         next_attempt_at, resent_from, created_at, updated_at) \
-                         SELECT $1, space_id, event_id, destination_id, event_type, 'pending', 0, $2, id, $2, $2 \
-                         FROM deliveries WHERE id = $3",
-                    )
-                    .bind(copy.to_string())
-                    .bind(now)
-                    .bind(id.to_string())
-                    .execute(&mut *tx)
-                    .await?;
-                    sqlx::query("UPDATE deliveries SET resent_as = $1, updated_at = $2 WHERE id = $3")
-                        .bind(copy.to_string())
-                        .bind(now)
-                        .bind(id.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                    let _ = (event_id, destination_id);
+                    let copy = Self::resend_in(&mut tx, &id.to_string(), now).await?;
                     out.push((*id, BulkOutcome::Resent(copy)));
                 }
                 tx.commit().await?;
@@ -846,24 +852,7 @@ macro_rules! impl_storage {
                     .fetch_all(&mut *tx)
                     .await?;
                 for (id,) in &ids {
-                    let copy = DeliveryId::new().to_string();
-                    sqlx::query(
-                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
-                         next_attempt_at, resent_from, created_at, updated_at) \
-                         SELECT $1, space_id, event_id, destination_id, event_type, 'pending', 0, $2, id, $2, $2 \
-                         FROM deliveries WHERE id = $3",
-                    )
-                    .bind(&copy)
-                    .bind(now)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?;
-                    sqlx::query("UPDATE deliveries SET resent_as = $1, updated_at = $2 WHERE id = $3")
-                        .bind(&copy)
-                        .bind(now)
-                        .bind(id)
-                        .execute(&mut *tx)
-                        .await?;
+                    Self::resend_in(&mut tx, id, now).await?;
                 }
                 let (remaining,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) {pick}"))
                     .bind(space_id.to_string())
