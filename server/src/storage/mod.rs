@@ -237,13 +237,27 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn create_api_key(&self, key: &ApiKey, key_hash: &str) -> Result<()>;
     /// The live (not revoked) key with this hash.
     async fn find_api_key(&self, key_hash: &str) -> Result<ApiKey>;
+    /// Every key of the space, oldest first (the console).
     async fn list_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>>;
+    /// A page of the space's keys, newest first (the REST API).
+    async fn list_api_keys_page(
+        &self,
+        space_id: SpaceId,
+        page: Page<ApiKeyId>,
+    ) -> Result<Vec<ApiKey>>;
     async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()>;
 
     // Channels and messages.
     async fn create_channel(&self, channel: &Channel) -> Result<()>;
     async fn get_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<Channel>;
+    /// Every channel of the space, by name (the console).
     async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>>;
+    /// A page of the space's channels, newest first (the REST API).
+    async fn list_channels_page(
+        &self,
+        space_id: SpaceId,
+        page: Page<ChannelId>,
+    ) -> Result<Vec<Channel>>;
     async fn list_messages(
         &self,
         channel_id: ChannelId,
@@ -261,7 +275,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     // Destinations.
     async fn create_destination(&self, destination: &Destination) -> Result<()>;
     async fn get_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<Destination>;
+    /// Every destination of the space, oldest first (the console).
     async fn list_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>>;
+    /// A page of the space's destinations, newest first (the REST API).
+    async fn list_destinations_page(
+        &self,
+        space_id: SpaceId,
+        page: Page<DestinationId>,
+    ) -> Result<Vec<Destination>>;
 
     async fn update_destination(&self, destination: &Destination) -> Result<()>;
     async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()>;
@@ -429,10 +450,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     // Incoming webhooks and bots.
     async fn create_incoming_webhook(&self, webhook: &IncomingWebhook) -> Result<()>;
     async fn get_incoming_webhook(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
+    /// Every incoming webhook of the space, oldest first (the console).
     async fn list_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>>;
+    /// A page of the space's incoming webhooks, newest first (the REST API).
+    async fn list_incoming_webhooks_page(
+        &self,
+        space_id: SpaceId,
+        page: Page<IncomingWebhookId>,
+    ) -> Result<Vec<IncomingWebhook>>;
     async fn create_bot(&self, bot: &Bot) -> Result<()>;
     async fn find_bot(&self, token_hash: &str) -> Result<Bot>;
+    /// Every bot of the space (revoked ones too), oldest first (the console).
     async fn list_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>>;
+    /// A page of the space's bots, newest first (the REST API).
+    async fn list_bots_page(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>>;
 
     // Console users.
     async fn create_user(&self, user: &User) -> Result<()>;
@@ -450,11 +481,12 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<Notification>>;
     async fn count_unread_notifications(&self) -> Result<i64>;
     async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()>;
-    /// The notifications about one space (what its API key may see).
+    /// The notifications about one space (what its API key may see): all of them, or only
+    /// the unread (`Some(true)`) or the read ones (`Some(false)`).
     async fn list_space_notifications(
         &self,
         space_id: SpaceId,
-        unread_only: bool,
+        unread: Option<bool>,
         page: Page<NotificationId>,
     ) -> Result<Vec<Notification>>;
     async fn mark_space_notification_read(

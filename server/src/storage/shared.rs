@@ -344,6 +344,30 @@ macro_rules! impl_storage {
                     request_hash: first.request_hash,
                 })
             }
+
+            /// A keyset page, newest first: the rows of `table` whose `owner` column holds the
+            /// given key, that also meet `only` (SQL text, no binds), with an ID below `before`.
+            /// The cursor is pushed only when there is one, so both planners read it as a range
+            /// of the `(owner, id)` index; `($n IS NULL OR id < $n)` would make SQLite walk every
+            /// newer row of the owner on each page.
+            async fn keyset_page<R, I: ToString>(
+                &self,
+                (columns, table): (&str, &str),
+                (owner, key): (&str, String),
+                only: &'static str,
+                page: Page<I>,
+            ) -> Result<Vec<R>>
+            where
+                R: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row> + Send + Unpin,
+            {
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!("SELECT {columns} FROM {table} WHERE {owner} = "));
+                q.push_bind(key).push(only);
+                if let Some(before) = page.before {
+                    q.push(" AND id < ").push_bind(before.to_string());
+                }
+                q.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit);
+                Ok(q.build_query_as::<R>().fetch_all(&self.pool).await?)
+            }
         }
 
         #[async_trait::async_trait]
@@ -418,6 +442,12 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
+            async fn list_api_keys_page(&self, space_id: SpaceId, page: Page<ApiKeyId>) -> Result<Vec<ApiKey>> {
+                let rows: Vec<rows::ApiKeyRow> =
+                    self.keyset_page((shared::API_KEY, "api_keys"), ("space_id", space_id.to_string()), "", page).await?;
+                rows::convert_all(rows)
+            }
+
             async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()> {
                 let done = sqlx::query(
                     "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL",
@@ -463,18 +493,15 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
+            async fn list_channels_page(&self, space_id: SpaceId, page: Page<ChannelId>) -> Result<Vec<Channel>> {
+                let rows: Vec<rows::ChannelRow> =
+                    self.keyset_page((shared::CHANNEL, "channels"), ("space_id", space_id.to_string()), "", page).await?;
+                rows::convert_all(rows)
+            }
+
             async fn list_messages(&self, channel_id: ChannelId, page: Page<MessageId>) -> Result<Vec<Message>> {
-                let sql = format!(
-                    "SELECT {} FROM messages WHERE channel_id = $1 AND ($2 IS NULL OR id < $2) \
-                     ORDER BY id DESC LIMIT $3",
-                    shared::MESSAGE
-                );
-                let rows = sqlx::query_as::<_, rows::MessageRow>(&sql)
-                    .bind(channel_id.to_string())
-                    .bind(page.before.map(|id| id.to_string()))
-                    .bind(page.limit)
-                    .fetch_all(&self.pool)
-                    .await?;
+                let rows: Vec<rows::MessageRow> =
+                    self.keyset_page((shared::MESSAGE, "messages"), ("channel_id", channel_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
             }
 
@@ -527,16 +554,8 @@ macro_rules! impl_storage {
             }
 
             async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>> {
-                let sql = format!(
-                    "SELECT {} FROM events WHERE space_id = $1 AND ($2 IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
-                    shared::EVENT
-                );
-                let rows = sqlx::query_as::<_, rows::EventRow>(&sql)
-                    .bind(space_id.to_string())
-                    .bind(page.before.map(|id| id.to_string()))
-                    .bind(page.limit)
-                    .fetch_all(&self.pool)
-                    .await?;
+                let rows: Vec<rows::EventRow> =
+                    self.keyset_page((shared::EVENT, "events"), ("space_id", space_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
             }
 
@@ -593,6 +612,12 @@ macro_rules! impl_storage {
                     .bind(space_id.to_string())
                     .fetch_all(&self.pool)
                     .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn list_destinations_page(&self, space_id: SpaceId, page: Page<DestinationId>) -> Result<Vec<Destination>> {
+                let rows: Vec<rows::DestinationRow> =
+                    self.keyset_page((shared::DESTINATION, "destinations"), ("space_id", space_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
             }
 
@@ -1166,6 +1191,17 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
+            async fn list_incoming_webhooks_page(
+                &self,
+                space_id: SpaceId,
+                page: Page<IncomingWebhookId>,
+            ) -> Result<Vec<IncomingWebhook>> {
+                let rows: Vec<rows::IncomingWebhookRow> = self
+                    .keyset_page((shared::INCOMING_WEBHOOK, "incoming_webhooks"), ("space_id", space_id.to_string()), "", page)
+                    .await?;
+                rows::convert_all(rows)
+            }
+
             async fn create_bot(&self, b: &Bot) -> Result<()> {
                 sqlx::query(
                     "INSERT INTO bots (id, space_id, name, token_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
@@ -1196,6 +1232,12 @@ macro_rules! impl_storage {
                     .bind(space_id.to_string())
                     .fetch_all(&self.pool)
                     .await?;
+                rows::convert_all(rows)
+            }
+
+            async fn list_bots_page(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>> {
+                let rows: Vec<rows::BotRow> =
+                    self.keyset_page((shared::BOT, "bots"), ("space_id", space_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
             }
 
@@ -1279,20 +1321,17 @@ macro_rules! impl_storage {
             async fn list_space_notifications(
                 &self,
                 space_id: SpaceId,
-                unread_only: bool,
+                unread: Option<bool>,
                 page: Page<NotificationId>,
             ) -> Result<Vec<Notification>> {
-                let sql = format!(
-                    "SELECT {} FROM notifications WHERE space_id = $1 AND ($2 = FALSE OR read_at IS NULL) \
-                     AND ($3 IS NULL OR id < $3) ORDER BY id DESC LIMIT $4",
-                    shared::NOTIFICATION
-                );
-                let rows = sqlx::query_as::<_, rows::NotificationRow>(&sql)
-                    .bind(space_id.to_string())
-                    .bind(unread_only)
-                    .bind(page.before.map(|id| id.to_string()))
-                    .bind(page.limit)
-                    .fetch_all(&self.pool)
+                // Unread ones through the partial index `notifications_unread_by_space`.
+                let only = match unread {
+                    None => "",
+                    Some(true) => " AND read_at IS NULL",
+                    Some(false) => " AND read_at IS NOT NULL",
+                };
+                let rows: Vec<rows::NotificationRow> = self
+                    .keyset_page((shared::NOTIFICATION, "notifications"), ("space_id", space_id.to_string()), only, page)
                     .await?;
                 rows::convert_all(rows)
             }

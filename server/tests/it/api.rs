@@ -111,3 +111,102 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn every_resource_of_one_project_is_not_found_with_another_projects_key(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let a = crate::incoming::Project::of(&app);
+        let b = crate::incoming::Project::create(&app, server::domain::Plan::Free).await;
+        let rx = crate::helpers::Receiver::start().await;
+        rx.set_default(crate::helpers::Reply::status(400));
+        let id = |v: &serde_json::Value| v["id"].as_str().unwrap().to_owned();
+
+        let dst = id(&app.destination(json!({"url": rx.url("/a")})).await);
+        let event = app.publish("x", json!({})).await;
+        let delivery = id(&app.wait_for_delivery(&event, "failed").await);
+        let channel = a.channel("general").await;
+        let (_, message) = a.post(&format!("/channels/{channel}/messages"), json!({"text": "hi"})).await;
+        let hook = id(&a.webhook(&channel, json!({})).await);
+        let (_, bot) = a.post("/bots", json!({"name": "deploy"})).await;
+        let bot = id(&bot);
+        let (_, key) = a.post("/api-keys", json!({"name": "ci"})).await;
+        let key = id(&key);
+        let note = server::domain::Notification {
+            id: server::domain::NotificationId::new(),
+            space_id: Some(a.id.parse().unwrap()),
+            kind: "destination.failing".into(),
+            subject_kind: None,
+            subject_id: None,
+            message: "about a".into(),
+            created_at: server::clock::now_ms(),
+            read_at: None,
+        };
+        app.storage.create_notification(&note).await.unwrap();
+        let note = note.id.to_string();
+
+        use reqwest::Method as M;
+        let calls: Vec<(M, String, Option<serde_json::Value>)> = vec![
+            (M::GET, format!("/destinations/{dst}"), None),
+            (M::PATCH, format!("/destinations/{dst}"), Some(json!({"description": "mine now"}))),
+            (M::DELETE, format!("/destinations/{dst}"), None),
+            (M::POST, format!("/destinations/{dst}/disable"), None),
+            (M::POST, format!("/destinations/{dst}/enable"), None),
+            (M::POST, format!("/destinations/{dst}/rotate-secret"), None),
+            (M::GET, format!("/events/{event}"), None),
+            (M::GET, format!("/deliveries/{delivery}"), None),
+            (M::GET, format!("/deliveries/{delivery}/attempts"), None),
+            (M::POST, format!("/deliveries/{delivery}/resend"), None),
+            (M::POST, format!("/deliveries/{delivery}/cancel"), None),
+            (M::POST, "/deliveries/resend-failed".into(), Some(json!({"destinationId": dst}))),
+            (M::GET, format!("/channels/{channel}"), None),
+            (M::GET, format!("/channels/{channel}/messages"), None),
+            (M::POST, format!("/channels/{channel}/messages"), Some(json!({"text": "hijack"}))),
+            (M::GET, format!("/incoming-webhooks/{hook}"), None),
+            (M::DELETE, format!("/incoming-webhooks/{hook}"), None),
+            (M::POST, format!("/incoming-webhooks/{hook}/disable"), None),
+            (M::POST, format!("/incoming-webhooks/{hook}/enable"), None),
+            (M::GET, format!("/bots/{bot}"), None),
+            (M::POST, format!("/bots/{bot}/revoke"), None),
+            (M::POST, format!("/api-keys/{key}/revoke"), None),
+            (M::POST, format!("/notifications/{note}/read"), None),
+        ];
+        for (method, path, body) in &calls {
+            // B's key on B's project path with A's IDs, and on A's project path.
+            for url in [b.api(path), a.api(path)] {
+                let (status, json) = b.call(method.clone(), &url, body.clone()).await;
+                assert_eq!(status, 404, "{method} {url}: {json}");
+                assert_eq!(json["code"], "not_found", "{method} {url}: {json}");
+            }
+        }
+        // A's listings with B's key, and B's own listings, show none of A's rows.
+        for listing in ["/destinations", "/events", "/deliveries", "/channels", "/incoming-webhooks", "/bots", "/api-keys", "/notifications"] {
+            assert_eq!(b.call(M::GET, &a.api(listing), None).await.0, 404, "{listing}");
+            let (status, page) = b.get(listing).await;
+            assert_eq!(status, 200, "{listing}: {page}");
+            let expected = if listing == "/api-keys" { 1 } else { 0 };
+            assert_eq!(page["data"].as_array().unwrap().len(), expected, "{listing}: {page}");
+        }
+        // Bulk calls report A's deliveries as not found; an incoming webhook cannot use A's channel.
+        for action in ["resend", "cancel"] {
+            let (status, answer) = b.post(&format!("/deliveries/{action}"), json!({"deliveryIds": [delivery]})).await;
+            assert_eq!(status, 200, "{answer}");
+            assert_eq!(answer["results"][0]["result"], "not_found", "{answer}");
+        }
+        let (status, answer) = b.post("/deliveries/resend-failed", json!({})).await;
+        assert_eq!((status, answer), (200, json!({"resent": 0, "remaining": 0})));
+        let (status, json) = b.post("/incoming-webhooks", json!({"channelId": channel, "name": "x"})).await;
+        assert_eq!((status, json["code"].as_str()), (422, Some("unknown_channel")), "{json}");
+
+        // Nothing of A's changed.
+        let (_, d) = a.get(&format!("/destinations/{dst}")).await;
+        assert_eq!((d["status"].as_str(), d["description"].as_str()), (Some("active"), Some("")), "{d}");
+        let (_, d) = a.get(&format!("/deliveries/{delivery}")).await;
+        assert!(d["resentAs"].is_null(), "{d}");
+        assert_eq!(a.get(&format!("/channels/{channel}/messages")).await.1["data"].as_array().unwrap().len(), 1, "{message}");
+        assert_eq!(a.get(&format!("/incoming-webhooks/{hook}")).await.1["status"], "active");
+        assert!(a.get(&format!("/bots/{bot}")).await.1["revokedAt"].is_null());
+        assert_eq!(a.get("/api-keys").await.1["data"].as_array().unwrap().len(), 2);
+        assert!(a.get("/notifications").await.1["data"][0]["readAt"].is_null());
+        app.stop().await;
+    }
+}

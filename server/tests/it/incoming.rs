@@ -866,8 +866,7 @@ on_both_backends! {
         let cursor = page["nextCursor"].as_str().unwrap();
         let (_, page2) = p.get(&format!("/incoming-webhooks?limit=1&cursor={cursor}")).await;
         assert_eq!(page2["data"][0]["id"], id);
-        let (_, page3) = p.get(&format!("/incoming-webhooks?limit=1&cursor={}", page2["nextCursor"].as_str().unwrap())).await;
-        assert!(page3["data"].as_array().unwrap().is_empty() && page3["nextCursor"].is_null());
+        assert!(page2["nextCursor"].is_null(), "the last page says so: {page2}");
 
         // Bad requests.
         for (body, code) in [

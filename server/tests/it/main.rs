@@ -12,6 +12,7 @@ mod health;
 mod helpers;
 mod incoming;
 mod limits;
+mod listing;
 mod openapi;
 mod resend;
 mod retry_after;

@@ -150,3 +150,61 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn notifications_are_listed_all_unread_or_read_and_marked_read_once(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let space: server::domain::SpaceId = app.space.as_ref().unwrap().parse().unwrap();
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let note = server::domain::Notification {
+                id: server::domain::NotificationId::new(),
+                space_id: Some(space),
+                kind: "destination.disabled".into(),
+                subject_kind: Some("destination".into()),
+                subject_id: Some("dst_01jzzzzzzzzzzzzzzzzzzzzzzz".into()),
+                message: format!("note {n}"),
+                created_at: server::clock::now_ms(),
+                read_at: None,
+            };
+            app.storage.create_notification(&note).await.unwrap();
+            ids.push(note.id.to_string());
+        }
+        let listed = |query: &'static str| {
+            let app = &app;
+            async move {
+                let (status, page) = app.get(&format!("/notifications{query}")).await;
+                assert_eq!(status, 200, "{page}");
+                page["data"].as_array().unwrap().iter().map(|n| n["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(listed("?unread=true").await.len(), 3);
+        assert!(listed("?unread=false").await.is_empty());
+
+        let resp = reqwest::Client::new().post(app.api(&format!("/notifications/{}/read", ids[1])))
+            .bearer_auth(app.api_key.as_ref().unwrap()).send().await.unwrap();
+        assert_eq!(resp.status(), 204);
+        let (_, page) = app.get("/notifications").await;
+        let read = page["data"].as_array().unwrap().iter().find(|n| n["id"] == ids[1].as_str()).unwrap().clone();
+        let read_at = read["readAt"].as_str().unwrap().to_owned();
+        assert_eq!(read["kind"], "destination.disabled");
+        assert_eq!(listed("").await.len(), 3);
+        assert_eq!(listed("?unread=false").await, vec![ids[1].clone()]);
+        let mut unread = listed("?unread=true").await;
+        unread.sort();
+        assert_eq!(unread, vec![ids[0].clone(), ids[2].clone()]);
+
+        // Marking again keeps the first time; unknown or malformed IDs are 404.
+        let (status, _) = app.post(&format!("/notifications/{}/read", ids[1]), json!({})).await;
+        assert_eq!(status, 204);
+        let (_, page) = app.get("/notifications?unread=false").await;
+        assert_eq!(page["data"][0]["readAt"], read_at.as_str());
+        for bad in ["ntf_01jzzzzzzzzzzzzzzzzzzzzzzz", "nope"] {
+            let (status, err) = app.post(&format!("/notifications/{bad}/read"), json!({})).await;
+            assert_eq!((status, err["code"].as_str()), (404, Some("not_found")));
+        }
+        let (status, err) = app.get("/notifications?unread=maybe").await;
+        assert_eq!((status, err["code"].as_str()), (422, Some("invalid_query")));
+        app.stop().await;
+    }
+}

@@ -1,7 +1,8 @@
 //! `/v1/projects/{project}/api-keys`: more keys for a space, listed without their
 //! secret, revocable. A key is shown once, when it is made; only its hash is kept.
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
@@ -12,6 +13,7 @@ use super::openapi::{
     ApiKeyPath, BadRequest, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
+use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, PageOf};
 use crate::auth;
 use crate::clock::now_ms;
@@ -130,11 +132,12 @@ async fn create(
     operation_id = "listApiKeys",
     tag = "API keys",
     summary = "List API keys",
-    params(ProjectPath),
+    params(ProjectPath, ListQuery),
     responses(
-        (status = 200, description = "Every key of the project (revoked ones included), oldest first, without secrets, in one page", body = PageOf<ApiKeyView>),
+        (status = 200, description = "A page of the project's keys (revoked ones included), newest first, without secrets", body = PageOf<ApiKeyView>),
         (status = 401, response = Unauthorized),
         (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
         (status = 500, response = InternalError),
     )
 )]
@@ -142,13 +145,16 @@ async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<ApiKeyView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let keys = state.storage.list_api_keys(space_id).await?;
-    Ok(Json(PageOf {
-        data: keys.iter().map(ApiKeyView::from).collect(),
-        next_cursor: None,
-    }))
+    let q = page::query(q)?;
+    let keyset = Keyset::<ApiKeyId>::new(space_id, q.limit, q.cursor.as_deref())?;
+    let keys = state
+        .storage
+        .list_api_keys_page(space_id, keyset.page())
+        .await?;
+    Ok(Json(keyset.answer(keys, |k| k.id, |k| ApiKeyView::from(k))))
 }
 
 #[utoipa::path(

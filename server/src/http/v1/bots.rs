@@ -8,13 +8,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::channels::{list_query, page_by_id};
-use super::events::ListQuery;
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
     BadRequest, BotPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
+use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, PageOf};
 use crate::auth;
 use crate::clock::now_ms;
@@ -165,13 +164,13 @@ async fn list(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<BotView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let q = list_query(q)?;
-    let all = state.storage.list_bots(space_id).await?;
-    let page = page_by_id(all, |b| b.id, q)?;
-    Ok(Json(PageOf {
-        data: page.data.iter().map(BotView::from).collect(),
-        next_cursor: page.next_cursor,
-    }))
+    let q = page::query(q)?;
+    let keyset = Keyset::<BotId>::new(space_id, q.limit, q.cursor.as_deref())?;
+    let bots = state
+        .storage
+        .list_bots_page(space_id, keyset.page())
+        .await?;
+    Ok(Json(keyset.answer(bots, |b| b.id, |b| BotView::from(b))))
 }
 
 #[utoipa::path(

@@ -14,18 +14,18 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::events::{page_limit, ListQuery};
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
     BadRequest, ChannelPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
+use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
-use crate::storage::{NewEvent, Page, Published, StorageError};
+use crate::storage::{NewEvent, Published, StorageError};
 
 /// The type of the event every new message emits (SPEC §1).
 pub const MESSAGE_CREATED: &str = "message.created";
@@ -199,43 +199,6 @@ pub async fn post_message(
     Ok(view)
 }
 
-/// `limit` and `cursor` of a listing; a malformed query answers JSON like every error.
-pub fn list_query(q: Result<Query<ListQuery>, QueryRejection>) -> Result<ListQuery, ApiError> {
-    q.map(|Query(q)| q)
-        .map_err(|e| ApiError::invalid("invalid_query", e.body_text()))
-}
-
-/// Keyset pagination, newest first, over a listing that storage returns whole:
-/// the items with an ID below `cursor`, at most `limit` of them, and the cursor of
-/// the next page when there may be one.
-pub fn page_by_id<T, I>(
-    mut items: Vec<T>,
-    id: impl Fn(&T) -> I,
-    q: ListQuery,
-) -> Result<PageOf<T>, ApiError>
-where
-    I: Ord + std::str::FromStr + std::fmt::Display,
-{
-    let limit = page_limit(q.limit)?;
-    let before = q
-        .cursor
-        .map(|c| {
-            c.parse::<I>()
-                .map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
-        })
-        .transpose()?;
-    items.sort_by_key(|item| std::cmp::Reverse(id(item)));
-    let data: Vec<T> = items
-        .into_iter()
-        .filter(|item| before.as_ref().is_none_or(|b| id(item) < *b))
-        .take(limit as usize)
-        .collect();
-    let next_cursor = (data.len() as i64 == limit)
-        .then(|| data.last().map(|item| id(item).to_string()))
-        .flatten();
-    Ok(PageOf { data, next_cursor })
-}
-
 /// A new channel.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -346,13 +309,17 @@ async fn list(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<ChannelView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let q = list_query(q)?;
-    let all = state.storage.list_channels(space_id).await?;
-    let page = page_by_id(all, |c| c.id, q)?;
-    Ok(Json(PageOf {
-        data: page.data.iter().map(ChannelView::from).collect(),
-        next_cursor: page.next_cursor,
-    }))
+    let q = page::query(q)?;
+    let keyset = Keyset::<ChannelId>::new(space_id, q.limit, q.cursor.as_deref())?;
+    let channels = state
+        .storage
+        .list_channels_page(space_id, keyset.page())
+        .await?;
+    Ok(Json(keyset.answer(
+        channels,
+        |c| c.id,
+        |c| ChannelView::from(c),
+    )))
 }
 
 #[utoipa::path(
@@ -404,26 +371,17 @@ async fn messages(
 ) -> Result<Json<PageOf<MessageView>>, ApiError> {
     let space_id = caller.space(&project)?;
     let channel = find_channel(&state, space_id, &id).await?;
-    let q = list_query(q)?;
-    let limit = page_limit(q.limit)?;
-    let before = q
-        .cursor
-        .map(|c| {
-            c.parse::<MessageId>()
-                .map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
-        })
-        .transpose()?;
+    let q = page::query(q)?;
+    let keyset = Keyset::<MessageId>::new(space_id, q.limit, q.cursor.as_deref())?;
     let found = state
         .storage
-        .list_messages(channel.id, Page { before, limit })
+        .list_messages(channel.id, keyset.page())
         .await?;
-    let next_cursor = (found.len() as i64 == limit)
-        .then(|| found.last().map(|m| m.id.to_string()))
-        .flatten();
-    Ok(Json(PageOf {
-        data: found.iter().map(MessageView::from).collect(),
-        next_cursor,
-    }))
+    Ok(Json(keyset.answer(
+        found,
+        |m| m.id,
+        |m| MessageView::from(m),
+    )))
 }
 
 /// Posts a message as the integration itself (`sourceKind: "api"`, `sourceId`: the API key).
@@ -499,24 +457,5 @@ mod tests {
                 }
             ));
         }
-    }
-
-    #[test]
-    fn keyset_pages_run_newest_first_and_end_without_a_cursor() {
-        let ids: Vec<ChannelId> = (0..5)
-            .map(|i| ChannelId::lower_bound_at(1_000 + i))
-            .collect();
-        let q = |cursor: Option<String>| ListQuery {
-            limit: Some(2),
-            cursor,
-        };
-        let first = page_by_id(ids.clone(), |c| *c, q(None)).unwrap();
-        assert_eq!(first.data, vec![ids[4], ids[3]]);
-        let second = page_by_id(ids.clone(), |c| *c, q(first.next_cursor)).unwrap();
-        assert_eq!(second.data, vec![ids[2], ids[1]]);
-        let third = page_by_id(ids.clone(), |c| *c, q(second.next_cursor)).unwrap();
-        assert_eq!(third.data, vec![ids[0]]);
-        assert!(third.next_cursor.is_none());
-        assert!(page_by_id(ids, |c| *c, q(Some("nope".into()))).is_err());
     }
 }

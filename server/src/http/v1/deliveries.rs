@@ -7,18 +7,18 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::events::page_limit;
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
     BadRequest, DeliveryPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
+use super::page::{self, Keyset};
 use super::views::{AttemptView, DeliveryView, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
-use crate::storage::{BulkOutcome, DeliveryFilter, Page, StorageError};
+use crate::storage::{BulkOutcome, DeliveryFilter, StorageError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -456,8 +456,9 @@ struct ListQuery {
     #[serde(default)]
     #[param(minimum = 1, maximum = 250)]
     limit: Option<i64>,
-    /// The `nextCursor` of the previous page.
+    /// The `nextCursor` of the previous page of the same listing, unchanged.
     #[serde(default)]
+    #[param(pattern = "^[A-Za-z0-9_-]+$")]
     cursor: Option<String>,
 }
 
@@ -508,8 +509,8 @@ async fn list(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<DeliveryView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let Query(q) = q.map_err(|e| ApiError::invalid("invalid_query", e.body_text()))?;
-    let limit = page_limit(q.limit)?;
+    let q = page::query(q)?;
+    let keyset = Keyset::<DeliveryId>::new(space_id, q.limit, q.cursor.as_deref())?;
     let filter = DeliveryFilter {
         space_id: Some(space_id),
         status: filter_value("status", q.status)?,
@@ -535,18 +536,15 @@ async fn list(
             .map(|s| parse_time("until", s))
             .transpose()?,
     };
-    let before = filter_value::<DeliveryId>("cursor", q.cursor)?;
     let rows = state
         .storage
-        .list_deliveries(&filter, Page { before, limit })
+        .list_deliveries(&filter, keyset.page())
         .await?;
-    let next_cursor = (rows.len() as i64 == limit)
-        .then(|| rows.last().map(|d| d.id.to_string()))
-        .flatten();
-    Ok(Json(PageOf {
-        data: rows.iter().map(DeliveryView::from).collect(),
-        next_cursor,
-    }))
+    Ok(Json(keyset.answer(
+        rows,
+        |d| d.id,
+        |d| DeliveryView::from(d),
+    )))
 }
 
 /// The delivery, if it is in the caller's space.

@@ -1,7 +1,8 @@
 //! `/v1/projects/{project}/destinations`: create, read, change, delete, list;
 //! enable, disable, rotate the signing secret (SPEC §5).
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -13,6 +14,7 @@ use super::openapi::{
     BadRequest, DestinationPath, InternalError, NotFound, PayloadTooLarge, ProjectPath,
     Unauthorized, Unprocessable, UnsupportedMediaType,
 };
+use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, DestinationView, PageOf};
 use crate::clock::now_ms;
 use crate::dispatch::jq as transform;
@@ -334,11 +336,12 @@ async fn find(
     operation_id = "listDestinations",
     tag = "Destinations",
     summary = "List destinations",
-    params(ProjectPath),
+    params(ProjectPath, ListQuery),
     responses(
-        (status = 200, description = "Every destination of the project, oldest first, in one page (`nextCursor` is always `null`)", body = PageOf<DestinationView>),
+        (status = 200, description = "A page of destinations, newest first", body = PageOf<DestinationView>),
         (status = 401, response = Unauthorized),
         (status = 404, response = NotFound),
+        (status = 422, response = Unprocessable),
         (status = 500, response = InternalError),
     )
 )]
@@ -346,13 +349,16 @@ async fn list(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
+    q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<DestinationView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let all = state.storage.list_destinations(space_id).await?;
-    Ok(Json(PageOf {
-        data: all.iter().map(view).collect(),
-        next_cursor: None,
-    }))
+    let q = page::query(q)?;
+    let keyset = Keyset::<DestinationId>::new(space_id, q.limit, q.cursor.as_deref())?;
+    let rows = state
+        .storage
+        .list_destinations_page(space_id, keyset.page())
+        .await?;
+    Ok(Json(keyset.answer(rows, |d| d.id, view)))
 }
 
 #[utoipa::path(

@@ -9,19 +9,19 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::channels::list_query;
 use super::destinations::check_event_type;
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
     BadRequest, EventPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
+use super::page::{self, Keyset, ListQuery};
 use super::views::{EventView, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
-use crate::storage::{NewEvent, Page, Published, StorageError};
+use crate::storage::{NewEvent, Published, StorageError};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -159,32 +159,6 @@ async fn publish(
     }
 }
 
-/// `limit` and `cursor` of a keyset-paginated listing.
-#[derive(Deserialize, utoipa::IntoParams)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct ListQuery {
-    /// At most this many items: 1 to 250, 50 by default.
-    #[serde(default)]
-    #[param(minimum = 1, maximum = 250)]
-    pub limit: Option<i64>,
-    /// The `nextCursor` of the previous page.
-    #[serde(default)]
-    pub cursor: Option<String>,
-}
-
-/// `limit` between 1 and 250, 50 by default.
-pub fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
-    match limit {
-        None => Ok(50),
-        Some(l @ 1..=250) => Ok(l),
-        Some(l) => Err(ApiError::invalid(
-            "invalid_limit",
-            format!("limit must be between 1 and 250, not {l}"),
-        )),
-    }
-}
-
 #[utoipa::path(
     get,
     path = "/v1/projects/{project}/events",
@@ -207,26 +181,14 @@ async fn list(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<EventView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let q = list_query(q)?;
-    let limit = page_limit(q.limit)?;
-    let before = q
-        .cursor
-        .map(|c| {
-            c.parse::<EventId>()
-                .map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
-        })
-        .transpose()?;
-    let events = state
-        .storage
-        .list_events(space_id, Page { before, limit })
-        .await?;
-    let next_cursor = (events.len() as i64 == limit)
-        .then(|| events.last().map(|e| e.id.to_string()))
-        .flatten();
-    Ok(Json(PageOf {
-        data: events.iter().map(EventView::from).collect(),
-        next_cursor,
-    }))
+    let q = page::query(q)?;
+    let keyset = Keyset::<EventId>::new(space_id, q.limit, q.cursor.as_deref())?;
+    let events = state.storage.list_events(space_id, keyset.page()).await?;
+    Ok(Json(keyset.answer(
+        events,
+        |e| e.id,
+        |e| EventView::from(e),
+    )))
 }
 
 #[utoipa::path(

@@ -12,13 +12,13 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::channels::{find_channel, list_query, page_by_id};
-use super::events::ListQuery;
+use super::channels::find_channel;
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
     BadRequest, IncomingWebhookPath, InternalError, NotFound, PayloadTooLarge, ProjectPath,
     Unauthorized, Unprocessable, UnsupportedMediaType,
 };
+use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, PageOf};
 use crate::auth;
 use crate::clock::now_ms;
@@ -302,14 +302,14 @@ async fn list(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<WebhookView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let q = list_query(q)?;
+    let q = page::query(q)?;
+    let keyset = Keyset::<IncomingWebhookId>::new(space_id, q.limit, q.cursor.as_deref())?;
     let rate = rate_of(&state, space_id).await?;
-    let all = state.storage.list_incoming_webhooks(space_id).await?;
-    let page = page_by_id(all, |w| w.id, q)?;
-    Ok(Json(PageOf {
-        data: page.data.iter().map(|w| view(w, rate)).collect(),
-        next_cursor: page.next_cursor,
-    }))
+    let hooks = state
+        .storage
+        .list_incoming_webhooks_page(space_id, keyset.page())
+        .await?;
+    Ok(Json(keyset.answer(hooks, |w| w.id, |w| view(w, rate))))
 }
 
 #[utoipa::path(

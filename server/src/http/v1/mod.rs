@@ -19,6 +19,7 @@ pub mod extract;
 pub mod incoming_webhooks;
 pub mod notifications;
 pub mod openapi;
+pub mod page;
 pub mod views;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {

@@ -8,17 +8,17 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::events::page_limit;
 use super::extract::Caller;
 use super::openapi::{
     InternalError, NotFound, NotificationPath, ProjectPath, Unauthorized, Unprocessable,
 };
+use super::page::{self, Keyset};
 use super::views::{rfc3339, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::ApiError;
 use crate::startup::AppState;
-use crate::storage::{Page, StorageError};
+use crate::storage::StorageError;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -33,15 +33,16 @@ pub fn router() -> Router<AppState> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct ListQuery {
-    /// Only unread ones.
+    /// `true`: only unread ones; `false`: only read ones; absent: all.
     #[serde(default)]
     unread: Option<bool>,
     /// At most this many: 1 to 250, 50 by default.
     #[serde(default)]
     #[param(minimum = 1, maximum = 250)]
     limit: Option<i64>,
-    /// The `nextCursor` of the previous page.
+    /// The `nextCursor` of the previous page of the same listing, unchanged.
     #[serde(default)]
+    #[param(pattern = "^[A-Za-z0-9_-]+$")]
     cursor: Option<String>,
 }
 
@@ -51,7 +52,7 @@ struct ListQuery {
 #[schema(as = Notification)]
 struct NotificationView {
     id: NotificationId,
-    /// What happened, e.g. `destination_disabled`.
+    /// What happened: `destination.failing`, `destination.disabled` or `incoming_webhook.disabled`.
     kind: String,
     /// The kind of thing it is about, e.g. `destination`.
     #[schema(required = true)]
@@ -103,26 +104,17 @@ async fn list(
     q: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<PageOf<NotificationView>>, ApiError> {
     let space_id = caller.space(&project)?;
-    let Query(q) = q.map_err(|e| ApiError::invalid("invalid_query", e.body_text()))?;
-    let limit = page_limit(q.limit)?;
-    let before = q
-        .cursor
-        .map(|c| {
-            c.parse::<NotificationId>()
-                .map_err(|_| ApiError::invalid("invalid_cursor", "cursor is not one this API gave"))
-        })
-        .transpose()?;
+    let q = page::query(q)?;
+    let keyset = Keyset::<NotificationId>::new(space_id, q.limit, q.cursor.as_deref())?;
     let rows = state
         .storage
-        .list_space_notifications(space_id, q.unread.unwrap_or(false), Page { before, limit })
+        .list_space_notifications(space_id, q.unread, keyset.page())
         .await?;
-    let next_cursor = (rows.len() as i64 == limit)
-        .then(|| rows.last().map(|n| n.id.to_string()))
-        .flatten();
-    Ok(Json(PageOf {
-        data: rows.iter().map(NotificationView::from).collect(),
-        next_cursor,
-    }))
+    Ok(Json(keyset.answer(
+        rows,
+        |n| n.id,
+        |n| NotificationView::from(n),
+    )))
 }
 
 #[utoipa::path(

@@ -48,6 +48,7 @@ pub fn router() -> Router<AppState> {
             project (malformed ones included), answers 404. Bodies and answers are JSON with \
             camelCase fields and RFC 3339 times. Listings are keyset-paginated, newest first: pass \
             the answer's `nextCursor` as `cursor` for the next page; it is `null` on the last page. \
+            A cursor belongs to one listing of one project; any other answers 422 `invalid_cursor`. \
             Every error answers `{\"code\", \"message\"}` with its HTTP status.",
     ),
     paths(
