@@ -91,3 +91,12 @@ impl IntoResponse for ApiError {
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("no such endpoint".into())
 }
+
+/// An answer for a method a known path does not take (axum adds the `Allow` header).
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::Status {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "method_not_allowed",
+        message: "this path does not take this method; `Allow` lists those it takes".into(),
+    }
+}

@@ -337,6 +337,9 @@ async fn accept(
             }
         }
     })?;
+    if let Some(err) = crate::http::v1::extract::not_an_object(&body) {
+        return Err(err.into());
+    }
     let new = message.check(state.config.limits.message_max_chars)?;
 
     let space = state.storage.get_space(webhook.space_id).await?;

@@ -18,6 +18,7 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .route("/readyz", get(readyz))
         .merge(hooks::router().layer(axum::extract::DefaultBodyLimit::max(max_body_bytes)))
         .nest("/v1", v1::router(max_body_bytes))
+        .method_not_allowed_fallback(error::method_not_allowed)
 }
 
 /// The process is up.

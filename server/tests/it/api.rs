@@ -34,6 +34,24 @@ on_both_backends! {
             assert_eq!(status, 404, "{path}");
             assert_eq!(body["code"], "not_found");
         }
+        // serde would read a struct from an array; the API takes objects only.
+        let (status, body) = app.post("/channels", json!(["general"])).await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("invalid_body")), "{body}");
+        let (status, body) = app.post("/deliveries/resend-failed", json!([null])).await;
+        assert_eq!((status, body["code"].as_str()), (422, Some("invalid_body")), "{body}");
+        let (status, body) = app.post("/deliveries/resend-failed", json!(null)).await;
+        assert_eq!((status, body), (200, json!({"resent": 0, "remaining": 0})), "no body, null or {{}}: the whole project");
+        // A method a path does not take: 405 with `Allow`, in JSON like every error.
+        let resp = client.put(app.api("/destinations")).bearer_auth(&key).send().await.unwrap();
+        assert_eq!(resp.status(), 405);
+        let allow = resp.headers()["allow"].to_str().unwrap().to_owned();
+        assert!(allow.contains("GET") && allow.contains("POST"), "{allow}");
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], "method_not_allowed", "{body}");
+        let resp = client.get(app.url("/hooks/iwh_x/token")).send().await.unwrap();
+        assert_eq!(resp.status(), 405);
+        assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["code"], "method_not_allowed");
+
         let anon = client.get(app.api("/deliveries")).send().await.unwrap();
         assert_eq!(anon.status(), 401);
         assert_eq!(anon.json::<serde_json::Value>().await.unwrap()["code"], "unauthorized");

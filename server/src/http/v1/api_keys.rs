@@ -8,7 +8,7 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{ApiJson, Caller};
+use super::extract::{check_name, ApiJson, Caller};
 use super::openapi::{
     ApiKeyPath, BadRequest, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
@@ -33,11 +33,11 @@ pub fn router() -> Router<AppState> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = CreateApiKey)]
 struct CreateBody {
-    /// 1 to 100 bytes (trimmed), no NUL characters.
+    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,
-        pattern = r"^[^\x00]*[^\s\x00][^\x00]*$"
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
     )]
     name: String,
 }
@@ -100,18 +100,12 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let name = body.name.trim();
-    if name.is_empty() || name.len() > 100 || name.contains('\0') {
-        return Err(ApiError::invalid(
-            "invalid_name",
-            "name needs 1 to 100 characters and no NUL",
-        ));
-    }
+    let name = check_name("an API key name", &body.name, 100)?;
     let secret = auth::new_token("pfk");
     let key = ApiKey {
         id: ApiKeyId::new(),
         space_id,
-        name: name.to_owned(),
+        name,
         prefix: secret[..12].to_owned(),
         created_at: now_ms(),
         last_used_at: None,

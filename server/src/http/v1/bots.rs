@@ -8,7 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{ApiJson, Caller};
+use super::extract::{check_name, ApiJson, Caller};
 use super::openapi::{
     BadRequest, BotPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
@@ -69,11 +69,11 @@ impl From<&Bot> for BotView {
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateBot)]
 struct CreateBody {
-    /// 1 to 100 characters (trimmed), no control characters.
+    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,
-        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
     )]
     name: String,
 }
@@ -104,19 +104,12 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<BotView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let name = body.name.trim();
-    let chars = name.chars().count();
-    if chars == 0 || chars > MAX_NAME_CHARS || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            "invalid_name",
-            format!("a bot name needs 1 to {MAX_NAME_CHARS} characters and no control characters"),
-        ));
-    }
+    let name = check_name("a bot name", &body.name, MAX_NAME_CHARS)?;
     let token = auth::new_token(TOKEN_PREFIX);
     let bot = Bot {
         id: BotId::new(),
         space_id,
-        name: name.to_owned(),
+        name,
         token_hash: auth::hash_token(&token),
         created_at: now_ms(),
         revoked_at: None,

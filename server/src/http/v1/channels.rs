@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::extract::{ApiJson, Caller};
+use super::extract::{check_name, ApiJson, Caller};
 use super::openapi::{
     BadRequest, ChannelPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
@@ -106,7 +106,11 @@ impl From<&Message> for MessageView {
 #[schema(as = PostMessage)]
 pub struct MessageBody {
     /// 1 to 40000 characters (configurable), not only white space, no NUL characters.
-    #[schema(examples("Deploy finished"))]
+    #[schema(
+        examples("Deploy finished"),
+        min_length = 1,
+        pattern = r"^[^\x00]*[^\x00\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00]*$"
+    )]
     pub text: String,
     /// Any JSON values, kept as they are.
     #[serde(default)]
@@ -204,26 +208,15 @@ pub async fn post_message(
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateChannel)]
 struct CreateBody {
-    /// 1 to 100 characters (trimmed), no control characters; unique in the project.
+    /// 1 to 100 characters, not only white space (kept trimmed), no control characters;
+    /// unique in the project.
     #[schema(
         examples("deploys"),
         min_length = 1,
         max_length = 100,
-        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
     )]
     name: String,
-}
-
-fn check_name(name: &str) -> Result<String, ApiError> {
-    let name = name.trim();
-    let chars = name.chars().count();
-    if chars == 0 || chars > MAX_CHANNEL_NAME_CHARS || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            "invalid_name",
-            format!("a channel name needs 1 to {MAX_CHANNEL_NAME_CHARS} characters and no control characters"),
-        ));
-    }
-    Ok(name.to_owned())
 }
 
 #[utoipa::path(
@@ -256,7 +249,7 @@ async fn create(
     let channel = Channel {
         id: ChannelId::new(),
         space_id,
-        name: check_name(&body.name)?,
+        name: check_name("a channel name", &body.name, MAX_CHANNEL_NAME_CHARS)?,
         created_at: now_ms(),
     };
     match state.storage.create_channel(&channel).await {

@@ -7,7 +7,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{ApiJson, Caller};
+use super::extract::{not_an_object, ApiJson, Caller};
 use super::openapi::{
     BadRequest, DeliveryPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
@@ -59,7 +59,7 @@ struct ChosenBody {
     delivery_ids: Vec<String>,
 }
 
-/// Which failed deliveries to resend; an empty body (or `{}`) means the whole project.
+/// Which failed deliveries to resend; no body, `null` or `{}` means the whole project.
 #[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = ResendFailed)]
@@ -264,7 +264,7 @@ struct ResendFailedAnswer {
     summary = "Resend failed deliveries",
     description = "Resends up to 1000 `failed` deliveries of the project (or of one destination) that were not resent before, oldest first.",
     params(ProjectPath),
-    request_body(content = ResendFailedBody, description = "Optional; JSON whatever the `Content-Type`", content_type = "application/json"),
+    request_body(content = Option<ResendFailedBody>, description = "Optional; JSON whatever the `Content-Type`", content_type = "application/json"),
     responses(
         (status = 200, description = "How many were resent, and how many remain: call again while `remaining` is above zero", body = ResendFailedAnswer),
         (status = 400, description = "The body is not valid JSON (`malformed_json`) or could not be read", body = ErrorBody),
@@ -297,18 +297,22 @@ async fn resend_failed(
     // The body is optional: none (or `{}`) means the whole space.
     let body: ResendFailedBody = if body.iter().all(u8::is_ascii_whitespace) {
         ResendFailedBody::default()
+    } else if let Some(err) = not_an_object(&body) {
+        return Err(err);
     } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            if e.is_data() {
-                ApiError::invalid("invalid_body", e.to_string())
-            } else {
-                ApiError::Status {
-                    status: StatusCode::BAD_REQUEST,
-                    code: "malformed_json",
-                    message: e.to_string(),
+        serde_json::from_slice::<Option<ResendFailedBody>>(&body)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| {
+                if e.is_data() {
+                    ApiError::invalid("invalid_body", e.to_string())
+                } else {
+                    ApiError::Status {
+                        status: StatusCode::BAD_REQUEST,
+                        code: "malformed_json",
+                        message: e.to_string(),
+                    }
                 }
-            }
-        })?
+            })?
     };
     let destination_id = match body.destination_id {
         None => None,

@@ -57,8 +57,9 @@ struct CreateBody {
         examples("https://example.com/webhooks")
     )]
     url: String,
-    /// At most 1000 bytes.
+    /// At most 1000 characters, no NUL.
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = r"^[^\x00]*$")]
     description: Option<String>,
     /// 1 to 100 event types (1-100 of `A-Z a-z 0-9 . _ : -`) or `*`; `null` or absent
     /// subscribes to every type.
@@ -105,8 +106,9 @@ struct UpdateBody {
         max_length = 2048
     )]
     url: Option<String>,
-    /// At most 1000 bytes.
+    /// At most 1000 characters, no NUL.
     #[serde(default)]
+    #[schema(max_length = 1000, pattern = r"^[^\x00]*$")]
     description: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<Vec<super::openapi::EventTypePattern>>, min_items = 1, max_items = 100)]
@@ -157,7 +159,7 @@ fn check_url(url: &str) -> Result<String, ApiError> {
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(invalid("invalid_url", "the URL needs a host"));
     }
-    if url.len() > 2048 {
+    if url.chars().count() > 2048 {
         return Err(invalid(
             "invalid_url",
             "the URL may have at most 2048 characters",
@@ -228,7 +230,7 @@ fn check_transformation(program: Option<String>) -> Result<Option<String>, ApiEr
 
 fn check_description(d: Option<String>) -> Result<String, ApiError> {
     let d = d.unwrap_or_default();
-    if d.len() > 1000 {
+    if d.chars().count() > 1000 {
         return Err(invalid(
             "invalid_description",
             "description may have at most 1000 characters",

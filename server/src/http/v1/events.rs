@@ -41,9 +41,10 @@ struct PublishBody {
     /// Any JSON value.
     #[schema(value_type = Value, required = true)]
     payload: Value,
-    /// 1 to 255 bytes. Publishing again with the same key answers the first event
-    /// (the same `type` and `payload`) or 409 (different ones).
+    /// 1 to 255 characters, no NUL. Publishing again with the same key answers the first
+    /// event (the same `type` and `payload`) or 409 (different ones).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 255, pattern = r"^[^\x00]*$")]
     idempotency_key: Option<String>,
 }
 
@@ -91,10 +92,10 @@ async fn publish(
     let space_id = caller.space(&project)?;
     check_event_type(&body.event_type)?;
     if let Some(key) = &body.idempotency_key {
-        if key.is_empty() || key.len() > 255 || key.contains('\0') {
+        if key.is_empty() || key.chars().count() > 255 || key.contains('\0') {
             return Err(ApiError::invalid(
                 "invalid_idempotency_key",
-                "idempotencyKey needs 1 to 255 bytes and no NUL",
+                "idempotencyKey needs 1 to 255 characters and no NUL",
             ));
         }
     }

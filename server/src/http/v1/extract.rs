@@ -1,10 +1,11 @@
 //! Extractors for the REST API: the API key, and JSON bodies whose every rejection
 //! answers JSON `{"code","message"}` like the rest of the API.
 
+use axum::body::Bytes;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 
 use crate::auth;
@@ -57,17 +58,79 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 /// `Json<T>` whose rejections are [`ApiError`]s: 400 malformed, 415 wrong content
-/// type, 413 too large, 422 valid JSON of the wrong shape (unknown fields included).
+/// type, 413 too large, 422 valid JSON of the wrong shape (unknown fields included,
+/// and an array where an object is expected).
 pub struct ApiJson<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        if !json_content_type(req.headers()) {
+            return Err(unsupported_media_type());
         }
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| json_rejection(JsonRejection::BytesRejection(e)))?;
+        let axum::Json(value) = axum::Json::<T>::from_bytes(&body).map_err(json_rejection)?;
+        match not_an_object(&body) {
+            Some(err) => Err(err),
+            None => Ok(ApiJson(value)),
+        }
+    }
+}
+
+/// `application/json` or any `application/*+json`, as axum's `Json` accepts.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|sub| sub.ends_with("+json"))
+}
+
+/// serde reads a struct from a JSON array too (its fields in order); every body of
+/// this API is an object, so an array is refused (422 `invalid_body`).
+pub fn not_an_object(body: &[u8]) -> Option<ApiError> {
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'[') => Some(ApiError::invalid(
+            "invalid_body",
+            "the body must be a JSON object, not an array",
+        )),
+        _ => None,
+    }
+}
+
+/// A name (of a channel, bot, incoming webhook or API key) as sent: 1 to `max` characters,
+/// not only white space, no control characters; kept trimmed. The documents' `maxLength`
+/// and `pattern` say the same of the value as sent.
+pub fn check_name(what: &str, raw: &str, max: usize) -> Result<String, ApiError> {
+    let name = raw.trim();
+    if name.is_empty() || raw.chars().count() > max || raw.chars().any(char::is_control) {
+        return Err(ApiError::invalid(
+            "invalid_name",
+            format!("{what} needs 1 to {max} characters, not only white space, and no control characters"),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+fn unsupported_media_type() -> ApiError {
+    ApiError::Status {
+        status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        code: "unsupported_media_type",
+        message: "expected a JSON body with `Content-Type: application/json`".into(),
     }
 }
 
@@ -80,11 +143,7 @@ fn json_rejection(r: JsonRejection) -> ApiError {
             code: "malformed_json",
             message: text,
         },
-        JsonRejection::MissingJsonContentType(_) => ApiError::Status {
-            status: StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            code: "unsupported_media_type",
-            message: "expected a JSON body with `Content-Type: application/json`".into(),
-        },
+        JsonRejection::MissingJsonContentType(_) => unsupported_media_type(),
         JsonRejection::BytesRejection(b) if b.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             ApiError::Status {
                 status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -97,5 +156,34 @@ fn json_rejection(r: JsonRejection) -> ApiError {
             code: "bad_request",
             message: text,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types_are_application_json_and_its_plus_json_kin() {
+        let mut headers = HeaderMap::new();
+        assert!(!json_content_type(&headers));
+        for (value, ok) in [
+            ("application/json", true),
+            ("Application/JSON; charset=utf-8", true),
+            ("application/merge-patch+json", true),
+            ("text/json", false),
+            ("application/jsonx", false),
+            ("text/plain", false),
+        ] {
+            headers.insert(header::CONTENT_TYPE, value.parse().unwrap());
+            assert_eq!(json_content_type(&headers), ok, "{value}");
+        }
+    }
+
+    #[test]
+    fn only_an_array_is_refused_as_not_an_object() {
+        assert!(not_an_object(b" \n [null, null]").is_some());
+        assert!(not_an_object(b"{}").is_none());
+        assert!(not_an_object(b"").is_none());
     }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::channels::find_channel;
-use super::extract::{ApiJson, Caller};
+use super::extract::{check_name, ApiJson, Caller};
 use super::openapi::{
     BadRequest, IncomingWebhookPath, InternalError, NotFound, PayloadTooLarge, ProjectPath,
     Unauthorized, Unprocessable, UnsupportedMediaType,
@@ -120,11 +120,11 @@ struct CreateBody {
     /// A channel of this project (`unknown_channel`, 422, otherwise).
     #[schema(value_type = ChannelId)]
     channel_id: String,
-    /// 1 to 100 characters (trimmed), no control characters.
+    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,
-        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
     )]
     name: String,
     /// `true`: generate a secret (answered once); a `whsec_…` string: use it;
@@ -143,20 +143,6 @@ fn signing_secret_schema() -> utoipa::openapi::schema::Object {
              use it; `false`, `null` or absent: requests are not signed.",
         ))
         .build()
-}
-
-fn check_name(name: &str) -> Result<String, ApiError> {
-    let name = name.trim();
-    let chars = name.chars().count();
-    if chars == 0 || chars > MAX_NAME_CHARS || name.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            "invalid_name",
-            format!(
-                "a webhook name needs 1 to {MAX_NAME_CHARS} characters and no control characters"
-            ),
-        ));
-    }
-    Ok(name.to_owned())
 }
 
 /// The secret to store and whether it was generated here (then it is answered once).
@@ -227,7 +213,7 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<WebhookView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let name = check_name(&body.name)?;
+    let name = check_name("a webhook name", &body.name, MAX_NAME_CHARS)?;
     let (signing_secret, generated) = check_secret(body.signing_secret)?;
     let channel = find_channel(&state, space_id, &body.channel_id)
         .await

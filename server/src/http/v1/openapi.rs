@@ -400,6 +400,7 @@ pub struct RetryPolicy {
 /// A retry policy as given: `preset` and any of its settings to override.
 #[derive(ToSchema)]
 #[schema(rename_all = "camelCase")]
+#[serde(deny_unknown_fields)]
 #[allow(dead_code)]
 pub struct RetryPolicyInput {
     preset: RetryPreset,
