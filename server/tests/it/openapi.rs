@@ -244,6 +244,17 @@ on_both_backends! {
         for n in 0..3 {
             app.publish("order.created", json!({"n": n})).await;
         }
+        let note = server::domain::Notification {
+            id: server::domain::NotificationId::new(),
+            space_id: Some(app.space.as_ref().unwrap().parse().unwrap()),
+            kind: "destination.failing".into(),
+            subject_kind: Some("destination".into()),
+            subject_id: None,
+            message: "a destination keeps failing".into(),
+            created_at: server::clock::now_ms(),
+            read_at: None,
+        };
+        app.storage.create_notification(&note).await.unwrap();
         eventually(30, || async {
             let (_, failed) = app.get("/deliveries?status=failed").await;
             (!failed["data"].as_array()?.is_empty()).then_some(())
