@@ -1,6 +1,6 @@
 //! Resend and cancel (SPEC §2.7, §2.8), API keys and notifications, over the real API.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::helpers::{eventually, spawn_app, Receiver, Reply};
 use crate::on_both_backends;
@@ -205,6 +205,228 @@ on_both_backends! {
         }
         let (status, err) = app.get("/notifications?unread=maybe").await;
         assert_eq!((status, err["code"].as_str()), (422, Some("invalid_query")));
+        app.stop().await;
+    }
+}
+
+/// A server whose engine does not run: deliveries stay where the test puts them.
+async fn quiet_app(db: &crate::helpers::TestDb) -> crate::helpers::TestApp {
+    let mut config = crate::helpers::test_config(&db.url);
+    config.dispatch.enabled = false;
+    crate::helpers::spawn_app_with_config(db, config).await
+}
+
+/// Dead-letters `deliveries` (claimed already) as a worker would, without auto-disable.
+async fn dead_letter(app: &crate::helpers::TestApp, deliveries: &[server::domain::Delivery]) {
+    use server::domain::*;
+    use server::storage::{FinishedAttempt, NextStep};
+    let now = server::clock::now_ms();
+    let batch: Vec<FinishedAttempt> = deliveries
+        .iter()
+        .map(|d| FinishedAttempt {
+            attempt: Attempt {
+                id: AttemptId::new(),
+                delivery_id: d.id,
+                space_id: d.space_id,
+                attempt_number: 1,
+                started_at: now,
+                duration_ms: 1,
+                request_url: "https://example.com/hook".into(),
+                request_headers: json!({}),
+                request_body: "{}".into(),
+                response_status: Some(400),
+                response_headers: Some(json!({})),
+                response_body: Some(String::new()),
+                error_class: Some(ErrorClass::Http),
+                error_message: None,
+            },
+            destination_id: d.destination_id,
+            next: NextStep::DeadLetter,
+            only_if_lease_expired_before: None,
+        })
+        .collect();
+    let rule = AutoDisable {
+        after: i64::MAX,
+        warn_at: Vec::new(),
+    };
+    let effects = app
+        .storage
+        .finish_attempts(&batch, &rule, now)
+        .await
+        .unwrap();
+    assert!(effects.iter().all(|e| e.applied));
+}
+
+on_both_backends! {
+    async fn resend_failed_takes_at_most_a_thousand_per_call_and_says_how_many_remain(db) {
+        use server::storage::{ClaimLimits, NewEvent};
+        let app = quiet_app(&db).await.with_space().await;
+        let dst = app.destination(json!({"url": "https://example.com/hook"})).await;
+        let space: server::domain::SpaceId = app.space.as_ref().unwrap().parse().unwrap();
+        for n in 0..1001 {
+            let event = NewEvent {
+                event: server::domain::Event {
+                    id: server::domain::EventId::new(),
+                    space_id: space,
+                    event_type: "bulk".into(),
+                    payload: json!({"n": n}),
+                    created_at: server::clock::now_ms(),
+                },
+                idempotency_key: None,
+                request_hash: String::new(),
+            };
+            app.storage.publish_event(&event, server::clock::now_ms()).await.unwrap();
+        }
+        let limits = ClaimLimits { per_destination: 2000, retries: i64::MAX };
+        let claimed = app.storage.claim(server::clock::now_ms(), 2000, 60_000, &limits).await.unwrap();
+        assert_eq!(claimed.len(), 1001);
+        dead_letter(&app, &claimed).await;
+
+        let (status, first) = app.post("/deliveries/resend-failed", json!({"destinationId": dst["id"]})).await;
+        assert_eq!((status, first), (200, json!({"resent": 1000, "remaining": 1})));
+        let (status, second) = app.post("/deliveries/resend-failed", json!({})).await;
+        assert_eq!((status, second), (200, json!({"resent": 1, "remaining": 0})));
+        let (_, third) = app.post("/deliveries/resend-failed", json!({})).await;
+        assert_eq!(third, json!({"resent": 0, "remaining": 0}), "already resent ones are skipped");
+        let (_, copies) = app.get("/deliveries?status=pending&limit=250").await;
+        assert!(copies["data"].as_array().unwrap().iter().all(|d| d["resentFrom"].is_string() && d["attemptCount"] == 0));
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn a_resend_gets_a_full_set_of_attempts_and_bulk_resend_refuses_unfinished_and_inactive_ones_per_id(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let rx = Receiver::start().await;
+        rx.set_default(Reply::status(500));
+        let fast = json!({"preset": "partyflow", "initialMs": 50, "maxMs": 50, "jitter": 0});
+        let a = app.destination(json!({"url": rx.url("/a"), "eventTypes": ["a"], "maxAttempts": 2, "retryPolicy": fast})).await;
+        let slow = json!({"preset": "partyflow", "initialMs": 3_600_000, "maxMs": 3_600_000, "jitter": 0});
+        app.destination(json!({"url": rx.url("/b"), "eventTypes": ["b"], "retryPolicy": slow})).await;
+        let e = app.publish("a", json!({"n": 1})).await;
+        let failed = app.wait_for_delivery(&e, "failed").await;
+        assert_eq!(failed["attemptCount"], 2);
+        let id = failed["id"].as_str().unwrap().to_owned();
+
+        // The copy is sent straight away and gets its own two attempts.
+        let (status, copy) = app.post(&format!("/deliveries/{id}/resend"), json!({})).await;
+        assert_eq!(status, 202, "{copy}");
+        let copy_id = copy["id"].as_str().unwrap().to_owned();
+        let copy = eventually(30, || async {
+            let (_, d) = app.get(&format!("/deliveries/{copy_id}")).await;
+            (d["status"] == "failed").then_some(d)
+        }).await;
+        assert_eq!(copy["attemptCount"], 2, "a full set of attempts: {copy}");
+        assert_eq!((copy["eventId"].as_str(), copy["destinationId"].as_str()), (Some(e.as_str()), a["id"].as_str()));
+        assert_eq!(copy["resentFrom"], id.as_str());
+        let got = rx.wait_for(4).await;
+        assert!(got.iter().all(|r| r.header("webhook-id") == e), "one webhook-id for the event");
+
+        // One still waiting for a retry, one whose destination is off.
+        let waiting_event = app.publish("b", json!({})).await;
+        let waiting = app.wait_for_delivery(&waiting_event, "retrying").await;
+        let waiting_id = waiting["id"].as_str().unwrap();
+        let (status, _) = app.post(&format!("/destinations/{}/disable", a["id"].as_str().unwrap()), json!({})).await;
+        assert_eq!(status, 200);
+        let (status, answer) = app.post("/deliveries/resend", json!({"deliveryIds": [copy_id, waiting_id, id]})).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["resent"], 0);
+        let result = |i: usize| (answer["results"][i]["result"].as_str().unwrap(), answer["results"][i].get("status").cloned());
+        assert_eq!(result(0), ("destination_inactive", None));
+        assert_eq!(result(1), ("not_finished", Some(json!("retrying"))));
+        assert_eq!(result(2), ("destination_inactive", None), "already resent, and inactive: {answer}");
+        let (status, err) = app.post(&format!("/deliveries/{copy_id}/resend"), json!({})).await;
+        assert_eq!((status, err["code"].as_str()), (409, Some("destination_inactive")));
+        let (status, err) = app.post(&format!("/deliveries/{waiting_id}/resend"), json!({})).await;
+        assert_eq!((status, err["code"].as_str()), (409, Some("delivery_not_finished")));
+        let (_, none) = app.post("/deliveries/resend-failed", json!({})).await;
+        assert_eq!(none, json!({"resent": 0, "remaining": 0}), "an inactive destination's failures are not resent");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn cancel_turns_pending_and_retrying_deliveries_cancelled_for_good_and_refuses_one_a_worker_holds(db) {
+        let app = quiet_app(&db).await.with_space().await;
+        app.destination(json!({"url": "https://example.com/hook"})).await;
+        for n in 0..3 {
+            app.publish("x", json!({"n": n})).await;
+        }
+        // A worker picks one up (claims it: `sending`).
+        let now = server::clock::now_ms();
+        let held = app.storage.claim_due(now, 1, 60_000).await.unwrap().remove(0);
+        let (_, page) = app.get("/deliveries?status=pending").await;
+        let pending: Vec<String> = page["data"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(pending.len(), 2);
+
+        let (status, err) = app.post(&format!("/deliveries/{}/cancel", held.id), json!({})).await;
+        assert_eq!((status, err["code"].as_str()), (409, Some("delivery_not_waiting")), "{err}");
+        assert!(err["message"].as_str().unwrap().contains("sending"), "{err}");
+
+        let (status, one) = app.post(&format!("/deliveries/{}/cancel", pending[0]), json!({})).await;
+        assert_eq!(status, 200, "{one}");
+        assert_eq!((one["status"].as_str(), one["lastErrorClass"].as_str()), (Some("cancelled"), Some("cancelled")));
+        assert!(one["nextAttemptAt"].is_null() && one["finishedAt"].is_string(), "{one}");
+
+        let ids = json!([pending[1], held.id.to_string(), pending[0], "dlv_01jzzzzzzzzzzzzzzzzzzzzzzz"]);
+        let (status, bulk) = app.post("/deliveries/cancel", json!({"deliveryIds": ids})).await;
+        assert_eq!(status, 200, "{bulk}");
+        assert_eq!(bulk["cancelled"], 1);
+        let results: Vec<(String, Value)> = bulk["results"].as_array().unwrap().iter()
+            .map(|r| (r["result"].as_str().unwrap().to_owned(), r["status"].clone())).collect();
+        assert_eq!(results, vec![
+            ("cancelled".to_owned(), Value::Null),
+            ("not_waiting".to_owned(), json!("sending")),
+            ("not_waiting".to_owned(), json!("cancelled")),
+            ("not_found".to_owned(), Value::Null),
+        ]);
+
+        // Never claimed again, whenever a worker looks; a late worker's record changes nothing.
+        let later = now + 30 * 24 * 3600 * 1000;
+        assert!(app.storage.claim_due(later, 10, 60_000).await.unwrap().is_empty());
+        let cancelled = app.storage.get_delivery(pending[0].parse().unwrap()).await.unwrap();
+        let attempt = server::domain::Attempt {
+            id: server::domain::AttemptId::new(),
+            delivery_id: cancelled.id,
+            space_id: cancelled.space_id,
+            attempt_number: 1,
+            started_at: now,
+            duration_ms: 1,
+            request_url: "https://example.com/hook".into(),
+            request_headers: json!({}),
+            request_body: "{}".into(),
+            response_status: Some(200),
+            response_headers: None,
+            response_body: None,
+            error_class: None,
+            error_message: None,
+        };
+        let stale = server::storage::FinishedAttempt {
+            attempt,
+            destination_id: cancelled.destination_id,
+            next: server::storage::NextStep::Succeeded,
+            only_if_lease_expired_before: None,
+        };
+        let effects = app.storage.finish_attempt(&stale, &Default::default(), now).await.unwrap();
+        assert!(!effects.applied);
+        let (_, still) = app.get(&format!("/deliveries/{}", pending[0])).await;
+        assert_eq!(still["status"], "cancelled");
+        assert!(still["attempts"].as_array().unwrap().is_empty(), "{still}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn the_largest_body_is_a_setting_and_larger_ones_get_413_json(db) {
+        let mut config = crate::helpers::test_config(&db.url);
+        config.max_body_bytes = 2048;
+        let app = crate::helpers::spawn_app_with_config(&db, config).await.with_space().await;
+        let small = json!({"type": "x", "payload": {"pad": "a".repeat(1500)}});
+        assert_eq!(app.post("/events", small).await.0, 202);
+        let (status, err) = app.post("/events", json!({"type": "x", "payload": {"pad": "a".repeat(3000)}})).await;
+        assert_eq!((status, err["code"].as_str()), (413, Some("body_too_large")), "{err}");
+        let (status, err) = app.post("/deliveries/resend-failed", json!({"pad": "a".repeat(3000)})).await;
+        assert_eq!((status, err["code"].as_str()), (413, Some("body_too_large")), "{err}");
         app.stop().await;
     }
 }
