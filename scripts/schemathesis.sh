@@ -24,9 +24,9 @@
 # server on loopback. Before it starts, it lists the project's destinations, events,
 # deliveries, channels, incoming webhooks and bots and pins one real ID of each into
 # the operations that read or change them, so their 200 answers are checked too, not
-# only 404s; it makes a spare API key, bot, destination and incoming webhook for the
-# revoke and delete operations, which are pinned to those (schemathesis reuses IDs
-# it has seen in answers, and would otherwise revoke its own API key); and it makes
+# only 404s; it makes a spare API key, bot, destination, channel and incoming webhook
+# for the revoke and delete operations, which are pinned to those (schemathesis reuses
+# IDs it has seen in answers, and would otherwise revoke its own API key); and it makes
 # an incoming webhook whose real URL the sender operation is pinned to.
 set -euo pipefail
 
@@ -140,6 +140,8 @@ spares = {
     "deleteIncomingWebhook": call(
         "POST", "incoming-webhooks", {"channelId": channel, "name": f"schemathesis spare {tag}"}
     )["id"],
+    # Deleting a channel takes its messages and incoming webhooks with it.
+    "deleteChannel": call("POST", "channels", {"name": f"schemathesis spare {tag}"})["id"],
 }
 pins += [(operation, "id", spare) for operation, spare in spares.items()]
 # Senders post to an unsigned webhook of the run's own, with its real token.
@@ -169,7 +171,9 @@ exceptions = {
         + ["createIncomingWebhook"]
     ),
     # Pinned to spare IDs (above), so a link from a create call never reaches the new resource.
-    "ensure_resource_availability": ["deleteDestination", "deleteIncomingWebhook", "revokeApiKey", "revokeBot"],
+    "ensure_resource_availability": [
+        "deleteDestination", "deleteIncomingWebhook", "deleteChannel", "revokeApiKey", "revokeBot"
+    ],
 }
 for check, operations in exceptions.items():
     for operation in operations:

@@ -250,6 +250,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     // Channels and messages.
     async fn create_channel(&self, channel: &Channel) -> Result<()>;
     async fn get_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<Channel>;
+    /// Renames a channel (`Conflict` when the space has one of that name already).
+    async fn rename_channel(&self, space_id: SpaceId, id: ChannelId, name: &str) -> Result<()>;
+    /// Deletes a channel with its messages and incoming webhooks.
+    async fn delete_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<()>;
     /// Every channel of the space, by name (the console).
     async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>>;
     /// A page of the space's channels, newest first (the REST API).

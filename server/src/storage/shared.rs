@@ -484,6 +484,32 @@ macro_rules! impl_storage {
                     .try_into()
             }
 
+            async fn rename_channel(&self, space_id: SpaceId, id: ChannelId, name: &str) -> Result<()> {
+                let done = sqlx::query("UPDATE channels SET name = $1 WHERE id = $2 AND space_id = $3")
+                    .bind(name)
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
+            async fn delete_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<()> {
+                // Its messages and incoming webhooks go with it (ON DELETE CASCADE).
+                let done = sqlx::query("DELETE FROM channels WHERE id = $1 AND space_id = $2")
+                    .bind(id.to_string())
+                    .bind(space_id.to_string())
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
             async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>> {
                 let sql = format!("SELECT {} FROM channels WHERE space_id = $1 ORDER BY name", shared::CHANNEL);
                 let rows = sqlx::query_as::<_, rows::ChannelRow>(&sql)

@@ -177,6 +177,8 @@ on_both_backends! {
             (M::POST, format!("/deliveries/{delivery}/cancel"), None),
             (M::POST, "/deliveries/resend-failed".into(), Some(json!({"destinationId": dst}))),
             (M::GET, format!("/channels/{channel}"), None),
+            (M::PATCH, format!("/channels/{channel}"), Some(json!({"name": "taken over"}))),
+            (M::DELETE, format!("/channels/{channel}"), None),
             (M::GET, format!("/channels/{channel}/messages"), None),
             (M::POST, format!("/channels/{channel}/messages"), Some(json!({"text": "hijack"}))),
             (M::GET, format!("/incoming-webhooks/{hook}"), None),

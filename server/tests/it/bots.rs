@@ -271,3 +271,40 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn a_channel_can_be_renamed_and_deleted_with_its_messages_and_incoming_webhooks(db) {
+        let app = spawn_app(&db).await;
+        let p = Project::create(&app, Plan::Free).await;
+        let id = p.channel("general").await;
+        p.channel("random").await;
+        let url = p.api(&format!("/channels/{id}"));
+        let patch = |body: Value| p.call(reqwest::Method::PATCH, &url, Some(body));
+
+        let (status, renamed) = patch(json!({"name": " releases "})).await;
+        assert_eq!((status, renamed["name"].as_str()), (200, Some("releases")), "{renamed}");
+        assert_eq!(p.get(&format!("/channels/{id}")).await.1["name"], "releases");
+        let (status, taken) = patch(json!({"name": "random"})).await;
+        assert_eq!((status, taken["code"].as_str()), (409, Some("channel_name_taken")));
+        for bad in [json!({"name": "  "}), json!({"name": "a\u{7}b"}), json!({"name": "x".repeat(101)})] {
+            let (status, err) = patch(bad.clone()).await;
+            assert_eq!((status, err["code"].as_str()), (422, Some("invalid_name")), "{bad}");
+        }
+        let (status, err) = patch(json!({"name": "x", "topic": "y"})).await;
+        assert_eq!((status, err["code"].as_str()), (422, Some("invalid_body")));
+
+        let (_, w) = p.post("/incoming-webhooks", json!({"channelId": id, "name": "ci"})).await;
+        let hook_url = w["url"].as_str().unwrap().to_owned();
+        assert_eq!(hook(&hook_url, &json!({"text": "before"}).to_string(), &[]).await.status, 201);
+        let (status, _) = p.delete(&format!("/channels/{id}")).await;
+        assert_eq!(status, 204);
+        assert_eq!(p.get(&format!("/channels/{id}")).await.0, 404);
+        assert_eq!(p.get(&format!("/channels/{id}/messages")).await.0, 404);
+        assert_eq!(p.get(&format!("/incoming-webhooks/{}", w["id"].as_str().unwrap())).await.0, 404);
+        assert_eq!(hook(&hook_url, &json!({"text": "after"}).to_string(), &[]).await.status, 401, "the webhook is gone");
+        let (_, list) = p.get("/channels").await;
+        assert_eq!(list["data"].as_array().unwrap().len(), 1);
+        assert_eq!(p.delete(&format!("/channels/{id}")).await.0, 404, "gone");
+        app.stop().await;
+    }
+}

@@ -37,6 +37,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/projects/{project}/channels"),
     ("get", "/v1/projects/{project}/channels"),
     ("get", "/v1/projects/{project}/channels/{id}"),
+    ("patch", "/v1/projects/{project}/channels/{id}"),
+    ("delete", "/v1/projects/{project}/channels/{id}"),
     ("get", "/v1/projects/{project}/channels/{id}/messages"),
     ("post", "/v1/projects/{project}/channels/{id}/messages"),
     ("post", "/v1/projects/{project}/incoming-webhooks"),

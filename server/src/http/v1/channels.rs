@@ -1,5 +1,5 @@
-//! `/v1/projects/{project}/channels`: create, list and read channels, page through
-//! their messages, and post a message with the API key (SPEC §1, §5).
+//! `/v1/projects/{project}/channels`: create, list, read, rename and delete channels,
+//! page through their messages, and post a message with the API key (SPEC §1, §5).
 //!
 //! Messages are written here for every source (REST API, incoming webhooks, bots):
 //! [`post_message`] stores the message and its `message.created` event with the
@@ -36,7 +36,10 @@ const MAX_CHANNEL_NAME_CHARS: usize = 100;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/projects/{project}/channels", post(create).get(list))
-        .route("/projects/{project}/channels/{id}", get(read))
+        .route(
+            "/projects/{project}/channels/{id}",
+            get(read).patch(rename).delete(remove),
+        )
         .route(
             "/projects/{project}/channels/{id}/messages",
             post(post_with_api_key).get(messages),
@@ -254,13 +257,105 @@ async fn create(
     };
     match state.storage.create_channel(&channel).await {
         Ok(()) => Ok((StatusCode::CREATED, Json(ChannelView::from(&channel)))),
-        Err(StorageError::Conflict(_)) => Err(ApiError::Conflict {
-            code: "channel_name_taken",
-            message: format!(
-                "this project already has a channel named {:?}",
-                channel.name
-            ),
-        }),
+        Err(StorageError::Conflict(_)) => Err(name_taken(&channel.name)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A channel's new name.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = RenameChannel)]
+struct RenameBody {
+    /// 1 to 100 characters, not only white space (kept trimmed), no control characters;
+    /// unique in the project.
+    #[schema(
+        examples("releases"),
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    name: String,
+}
+
+fn name_taken(name: &str) -> ApiError {
+    ApiError::Conflict {
+        code: "channel_name_taken",
+        message: format!("this project already has a channel named {name:?}"),
+    }
+}
+
+#[utoipa::path(
+    patch,
+    path = "/v1/projects/{project}/channels/{id}",
+    operation_id = "renameChannel",
+    tag = "Channels",
+    summary = "Rename a channel",
+    params(ChannelPath),
+    request_body = RenameBody,
+    responses(
+        (status = 200, description = "The channel with its new name", body = ChannelView),
+        (status = 400, response = BadRequest),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 409, description = "The project already has a channel of this name (`channel_name_taken`)", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 415, response = UnsupportedMediaType),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
+async fn rename(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+    ApiJson(body): ApiJson<RenameBody>,
+) -> Result<Json<ChannelView>, ApiError> {
+    let space_id = caller.space(&project)?;
+    let mut channel = find_channel(&state, space_id, &id).await?;
+    let name = check_name("a channel name", &body.name, MAX_CHANNEL_NAME_CHARS)?;
+    match state
+        .storage
+        .rename_channel(space_id, channel.id, &name)
+        .await
+    {
+        Ok(()) => {
+            channel.name = name;
+            Ok(Json(ChannelView::from(&channel)))
+        }
+        Err(StorageError::Conflict(_)) => Err(name_taken(&name)),
+        Err(StorageError::NotFound) => Err(ApiError::NotFound(format!("no channel {id:?}"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/projects/{project}/channels/{id}",
+    operation_id = "deleteChannel",
+    tag = "Channels",
+    summary = "Delete a channel",
+    description = "Deletes the channel with its messages and its incoming webhooks (their URLs answer 401 \
+        from then on). The `message.created` events already published stay.",
+    params(ChannelPath),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, response = Unauthorized),
+        (status = 404, response = NotFound),
+        (status = 500, response = InternalError),
+    )
+)]
+async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((project, id)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    let space_id = caller.space(&project)?;
+    let not_found = || ApiError::NotFound(format!("no channel {id:?}"));
+    let channel_id: ChannelId = id.parse().map_err(|_| not_found())?;
+    match state.storage.delete_channel(space_id, channel_id).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT),
+        Err(StorageError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),
     }
 }

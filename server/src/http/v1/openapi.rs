@@ -74,6 +74,8 @@ pub fn router() -> Router<AppState> {
         channels::create,
         channels::list,
         channels::read,
+        channels::rename,
+        channels::remove,
         channels::messages,
         channels::post_with_api_key,
         incoming_webhooks::create,
