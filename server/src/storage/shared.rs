@@ -352,8 +352,8 @@ macro_rules! impl_storage {
             /// newer row of the owner on each page.
             async fn keyset_page<R, I: ToString>(
                 &self,
-                (columns, table): (&str, &str),
-                (owner, key): (&str, String),
+                (columns, table): (&'static str, &'static str),
+                (owner, key): (&'static str, String),
                 only: &'static str,
                 page: Page<I>,
             ) -> Result<Vec<R>>
