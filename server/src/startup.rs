@@ -26,6 +26,10 @@ pub struct AppState {
     pub storage: Arc<dyn Storage>,
     /// Wakes the dispatch engine after new deliveries are written.
     pub wake: Arc<tokio::sync::Notify>,
+    /// Names the destinations that just got deliveries (cheaper than `wake`).
+    pub hints: Arc<crate::dispatch::engine::Hints>,
+    /// Publishes, committed in groups.
+    pub publisher: crate::storage::group_commit::Publisher,
     pub console: SharedBackend,
     pub leptos_options: LeptosOptions,
     pub config: Arc<Config>,
@@ -93,6 +97,8 @@ pub async fn run(
             shared_config.clone(),
         )),
         wake: engine.waker(),
+        hints: engine.hints(),
+        publisher: crate::storage::group_commit::Publisher::start(storage.clone()),
         storage,
         leptos_options: leptos_options(&config, addr),
         config: shared_config,

@@ -12,6 +12,7 @@ use crate::domain::*;
 
 #[macro_use]
 mod shared;
+pub mod group_commit;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
@@ -103,6 +104,8 @@ pub enum Published {
         event_id: EventId,
         deliveries: i64,
         skipped: i64,
+        /// The destinations the new deliveries go to (for the engine's wake-up).
+        destinations: Vec<DestinationId>,
     },
     /// The idempotency key was seen before: nothing was written; this was the first answer.
     /// `request_hash` lets the caller refuse a key reused for a different request.
@@ -255,6 +258,15 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// subscribes to its type, in one transaction; counts the inactive ones it skipped.
     /// With an idempotency key seen before, writes nothing and returns the first answer.
     async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published>;
+
+    /// [`Storage::publish_event`] for several events in one transaction (one commit, one
+    /// fsync): each event in its own savepoint, so one that fails leaves the others
+    /// written. The outer error is for the commit; the inner ones are per event.
+    async fn publish_events(
+        &self,
+        batch: &[NewEvent],
+        now: UnixMs,
+    ) -> Result<Vec<Result<Published>>>;
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event>;
     async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>>;
 
@@ -285,6 +297,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// every instance's claims) and at most `limits.retries` deliveries that are retries.
     async fn claim(
         &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>>;
+
+    /// [`Storage::claim`] for the named destinations only: each one's earliest due
+    /// deliveries, up to its free in-flight slots, without looking at the rest of the
+    /// queue. The engine calls it for destinations it knows have work (a publish just
+    /// fanned out to them, an attempt to them just ended); its cost does not grow with
+    /// the backlog of other destinations.
+    async fn claim_for(
+        &self,
+        destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,

@@ -37,15 +37,18 @@ pub(super) const CLAIM_SCAN: i64 = 5000;
 /// The claim, shared by both backends: the earliest due deliveries, at most
 /// `$4` in flight per destination (counting what is already `sending`, on every
 /// instance), at most `$5` of them retries, moved to `sending` under a lease.
-/// `$1` now, `$2` limit, `$3` lease margin.
-pub(super) fn claim_sql() -> String {
+/// `$1` now, `$2` limit, `$3` lease margin. Destinations already at their cap are
+/// left out while scanning, so their backlog never hides other destinations' work;
+/// `due_index` names the index to scan where the planner needs telling (SQLite).
+pub(super) fn claim_sql(due_index: &str) -> String {
     format!(
-        "WITH due AS ( \
-           SELECT id, destination_id, status, next_attempt_at FROM deliveries \
-           WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
-           ORDER BY next_attempt_at, id LIMIT {CLAIM_SCAN} \
-         ), busy AS ( \
+        "WITH busy AS ( \
            SELECT destination_id, COUNT(*) AS n FROM deliveries WHERE status = 'sending' GROUP BY destination_id \
+         ), due AS ( \
+           SELECT id, destination_id, status, next_attempt_at FROM deliveries {due_index} \
+           WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
+             AND destination_id NOT IN (SELECT destination_id FROM busy WHERE n >= $4) \
+           ORDER BY next_attempt_at, id LIMIT {CLAIM_SCAN} \
          ), ranked AS ( \
            SELECT due.id, due.status, due.next_attempt_at, \
              ROW_NUMBER() OVER (PARTITION BY due.destination_id ORDER BY due.next_attempt_at, due.id) \
@@ -162,7 +165,12 @@ macro_rules! impl_storage {
                         .execute(&mut **tx)
                         .await?;
                 }
-                Ok(Some(Published::Created { event_id: e.id, deliveries, skipped: inactive.len() as i64 }))
+                Ok(Some(Published::Created {
+                    event_id: e.id,
+                    deliveries,
+                    skipped: inactive.len() as i64,
+                    destinations: active.iter().map(|d| d.id).collect(),
+                }))
             }
 
             /// One finished attempt and its consequences, inside `tx`.
@@ -355,7 +363,85 @@ macro_rules! impl_storage {
                 Ok(())
             }
 
+            async fn claim_for(
+                &self,
+                destinations: &[DestinationId],
+                now: UnixMs,
+                limit: i64,
+                lease_margin_ms: i64,
+                limits: &ClaimLimits,
+            ) -> Result<Vec<Delivery>> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
+                Self::lock_claims(&mut tx).await?;
+                let mut claimed: Vec<Delivery> = Vec::new();
+                let mut retries_left = limits.retries;
+                for destination in destinations {
+                    let room = limit - claimed.len() as i64;
+                    if room <= 0 {
+                        break;
+                    }
+                    let destination = destination.to_string();
+                    let busy: i64 = sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM deliveries WHERE destination_id = $1 AND status = 'sending'",
+                    )
+                    .bind(&destination)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let free = (limits.per_destination - busy).min(room);
+                    if free <= 0 {
+                        continue;
+                    }
+                    let due: Vec<(String, String)> = sqlx::query_as(
+                        "SELECT id, status FROM deliveries \
+                         WHERE destination_id = $1 AND status IN ('pending', 'retrying') AND paused = FALSE \
+                           AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
+                         ORDER BY next_attempt_at, id LIMIT $4",
+                    )
+                    .bind(&destination)
+                    .bind(now)
+                    .bind(retries_left > 0)
+                    .bind(free)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let mut take = Vec::with_capacity(due.len());
+                    for (id, status) in due {
+                        if status == "retrying" {
+                            if retries_left <= 0 {
+                                continue;
+                            }
+                            retries_left -= 1;
+                        }
+                        take.push(id);
+                    }
+                    if take.is_empty() {
+                        continue;
+                    }
+                    let mut update = sqlx::QueryBuilder::<$db>::new("UPDATE deliveries SET status = 'sending', updated_at = ");
+                    update
+                        .push_bind(now)
+                        .push(", lease_expires_at = ")
+                        .push_bind(now + lease_margin_ms)
+                        .push(" + 1000 * (SELECT timeout_seconds FROM destinations t WHERE t.id = deliveries.destination_id)")
+                        .push(" WHERE status IN ('pending', 'retrying') AND id IN (");
+                    let mut ids = update.separated(", ");
+                    for id in &take {
+                        ids.push_bind(id);
+                    }
+                    update.push(format!(") RETURNING {}", shared::DELIVERY));
+                    let rows = update
+                        .build_query_as::<rows::DeliveryRow>()
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    claimed.extend(rows::convert_all(rows)?);
+                }
+                tx.commit().await?;
+                claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
+                Ok(claimed)
+            }
+
             async fn create_space(&self, s: &Space) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query("INSERT INTO spaces (id, name, plan, created_at) VALUES ($1, $2, $3, $4)")
                     .bind(s.id.to_string())
                     .bind(&s.name)
@@ -382,6 +468,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_api_key(&self, k: &ApiKey, key_hash: &str) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO api_keys (id, space_id, name, prefix, key_hash, created_at) \
                      VALUES ($1, $2, $3, $4, $5, $6)",
@@ -419,6 +506,7 @@ macro_rules! impl_storage {
             }
 
             async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query(
                     "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL",
                 )
@@ -434,6 +522,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_channel(&self, c: &Channel) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query("INSERT INTO channels (id, space_id, name, created_at) VALUES ($1, $2, $3, $4)")
                     .bind(c.id.to_string())
                     .bind(c.space_id.to_string())
@@ -479,7 +568,8 @@ macro_rules! impl_storage {
             }
 
             async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 match Self::publish_in(&mut tx, new, now).await? {
                     Some(published) => {
                         tx.commit().await?;
@@ -493,8 +583,41 @@ macro_rules! impl_storage {
                 }
             }
 
+            async fn publish_events(&self, batch: &[NewEvent], now: UnixMs) -> Result<Vec<Result<Published>>> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                // `None`: the idempotency key was taken (read the first answer after the commit).
+                let mut outcomes: Vec<Result<Option<Published>>> = Vec::with_capacity(batch.len());
+                for new in batch {
+                    sqlx::query("SAVEPOINT publish").execute(&mut *tx).await?;
+                    let outcome = Self::publish_in(&mut tx, new, now).await;
+                    if matches!(outcome, Ok(Some(_))) {
+                        sqlx::query("RELEASE SAVEPOINT publish").execute(&mut *tx).await?;
+                    } else {
+                        sqlx::query("ROLLBACK TO SAVEPOINT publish").execute(&mut *tx).await?;
+                        sqlx::query("RELEASE SAVEPOINT publish").execute(&mut *tx).await?;
+                    }
+                    outcomes.push(outcome);
+                }
+                tx.commit().await?;
+                drop(_gate);
+                let mut answers = Vec::with_capacity(batch.len());
+                for (new, outcome) in batch.iter().zip(outcomes) {
+                    answers.push(match outcome {
+                        Ok(Some(published)) => Ok(published),
+                        Ok(None) => {
+                            let key = new.idempotency_key.as_deref().unwrap_or_default();
+                            self.first_answer(new.event.space_id, key).await
+                        }
+                        Err(e) => Err(e),
+                    });
+                }
+                Ok(answers)
+            }
+
             async fn post_message(&self, m: &Message, event: &NewEvent, now: UnixMs) -> Result<Published> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 sqlx::query(
                     "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, source_id, created_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -541,6 +664,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_destination(&self, d: &Destination) -> Result<()> {
+                let _gate = self.gate().await;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -597,6 +721,7 @@ macro_rules! impl_storage {
             }
 
             async fn update_destination(&self, d: &Destination) -> Result<()> {
+                let _gate = self.gate().await;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -631,6 +756,7 @@ macro_rules! impl_storage {
             }
 
             async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
                     .bind(id.to_string())
                     .bind(space_id.to_string())
@@ -650,7 +776,8 @@ macro_rules! impl_storage {
                 reason: Option<&str>,
                 now: UnixMs,
             ) -> Result<Destination> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let done = sqlx::query(
                     "UPDATE destinations SET status = $1, disabled_reason = $2, updated_at = $3, \
                      consecutive_dead_letters = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_dead_letters END \
@@ -723,14 +850,16 @@ macro_rules! impl_storage {
             }
 
             async fn finish_attempt(&self, f: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 let effects = Self::finish_in(&mut tx, f, rule, now).await?;
                 tx.commit().await?;
                 Ok(effects)
             }
 
             async fn finish_attempts(&self, batch: &[FinishedAttempt], rule: &AutoDisable, now: UnixMs) -> Result<Vec<FinishEffects>> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 let mut effects = Vec::with_capacity(batch.len());
                 for f in batch {
                     effects.push(Self::finish_in(&mut tx, f, rule, now).await?);
@@ -740,6 +869,7 @@ macro_rules! impl_storage {
             }
 
             async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
                      lease_expires_at = NULL, paused = $1, next_attempt_at = $2, updated_at = $2 \
@@ -754,7 +884,8 @@ macro_rules! impl_storage {
             }
 
             async fn cancel_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
                     // Only a waiting delivery can be cancelled; a worker's claim moved it to
@@ -791,7 +922,8 @@ macro_rules! impl_storage {
             }
 
             async fn resend_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 // Write first, so SQLite takes its write lock before the reads below (a read-then-write
                 // transaction fails at once with "database is locked" if another writer came in between).
                 sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
@@ -836,7 +968,8 @@ macro_rules! impl_storage {
                 limit: i64,
                 now: UnixMs,
             ) -> Result<ResendFailed> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 // Take the write lock first (SQLite), then pick the batch.
                 sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
                     .bind(space_id.to_string())
@@ -871,7 +1004,8 @@ macro_rules! impl_storage {
             }
 
             async fn take_rate_slots(&self, key: &str, wanted: i64, limit: i64, window_ms: i64, now: UnixMs) -> Result<(i64, i64)> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
                 // concurrent callers on every instance count one after another.
                 sqlx::query(
@@ -913,7 +1047,8 @@ macro_rules! impl_storage {
             }
 
             async fn record_incoming_result(&self, id: IncomingWebhookId, success: bool, disable_after: i64, now: UnixMs) -> Result<IncomingEffects> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 if success {
                     sqlx::query(
                         "UPDATE incoming_webhooks SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0",
@@ -966,6 +1101,7 @@ macro_rules! impl_storage {
                 status: IncomingWebhookStatus,
                 now: UnixMs,
             ) -> Result<IncomingWebhook> {
+                let _gate = self.gate().await;
                 let done = sqlx::query(
                     "UPDATE incoming_webhooks SET status = $1, updated_at = $2, \
                        consecutive_failures = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_failures END, \
@@ -985,7 +1121,8 @@ macro_rules! impl_storage {
             }
 
             async fn remember_incoming_message(&self, id: IncomingWebhookId, message_id: &str, now: UnixMs) -> Result<bool> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let fresh = sqlx::query(
                     "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
                      ON CONFLICT (webhook_id, message_id) DO NOTHING",
@@ -1008,6 +1145,7 @@ macro_rules! impl_storage {
             }
 
             async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("DELETE FROM incoming_webhooks WHERE id = $1 AND space_id = $2")
                     .bind(id.to_string())
                     .bind(space_id.to_string())
@@ -1020,6 +1158,7 @@ macro_rules! impl_storage {
             }
 
             async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("UPDATE bots SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL")
                     .bind(now)
                     .bind(id.to_string())
@@ -1042,7 +1181,8 @@ macro_rules! impl_storage {
             }
 
             async fn defer_rate_limited(&self, id: DeliveryId, scope: RateScope, until: UnixMs, now: UnixMs) -> Result<()> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 sqlx::query(
                     "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
                      lease_expires_at = NULL, next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
@@ -1124,6 +1264,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_incoming_webhook(&self, w: &IncomingWebhook) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO incoming_webhooks (id, space_id, channel_id, name, token_hash, signing_secret, status, \
                      consecutive_failures, created_at, updated_at, disabled_at) \
@@ -1167,6 +1308,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_bot(&self, b: &Bot) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO bots (id, space_id, name, token_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
                 )
@@ -1200,6 +1342,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_user(&self, u: &User) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO users (id, email, password_hash, role, created_at, disabled_at) VALUES ($1, $2, $3, $4, $5, $6)",
                 )
@@ -1244,6 +1387,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_notification(&self, n: &Notification) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at, read_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -1298,6 +1442,7 @@ macro_rules! impl_storage {
             }
 
             async fn mark_space_notification_read(&self, space_id: SpaceId, id: NotificationId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query(
                     "UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2 AND space_id = $3",
                 )
@@ -1320,6 +1465,7 @@ macro_rules! impl_storage {
             }
 
             async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2")
                     .bind(now)
                     .bind(id.to_string())
