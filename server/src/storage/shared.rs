@@ -111,51 +111,10 @@ macro_rules! impl_storage {
                     }
                 }
 
-                // A prefilter in SQL (event types are JSON text; `_` in a LIKE pattern may match
-                // too much, never too little), the exact match in `subscribes_to` below.
-                let sql = format!(
-                    "SELECT {} FROM destinations WHERE space_id = $1 \
-                     AND (event_types IS NULL OR event_types LIKE $2 OR event_types LIKE '%\"*\"%')",
-                    shared::DESTINATION
-                );
-                let destinations: Vec<Destination> = rows::convert_all(
-                    sqlx::query_as::<_, rows::DestinationRow>(&sql)
-                        .bind(&space)
-                        .bind(format!("%\"{}\"%", e.event_type))
-                        .fetch_all(&mut **tx)
-                        .await?,
-                )?;
-                let (active, inactive): (Vec<_>, Vec<_>) = destinations
-                    .iter()
-                    .filter(|d| d.subscribes_to(&e.event_type))
-                    .partition(|d| d.status == DestinationStatus::Active);
-
-                for chunk in active.chunks(shared::FAN_OUT_CHUNK) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
-                         attempts, next_attempt_at, created_at, updated_at) ",
-                    );
-                    insert.push_values(chunk, |mut row, d| {
-                        row.push_bind(DeliveryId::new().to_string())
-                            .push_bind(&space)
-                            .push_bind(e.id.to_string())
-                            .push_bind(d.id.to_string())
-                            .push_bind(&e.event_type)
-                            .push_bind(DeliveryStatus::Pending.as_str())
-                            .push_bind(0_i64)
-                            .push_bind(now)
-                            .push_bind(now)
-                            .push_bind(now);
-                    });
-                    insert.build().execute(&mut **tx).await?;
-                }
-                // D5: an inactive destination is not caught up later; it only counts what it missed.
-                for d in &inactive {
-                    sqlx::query("UPDATE destinations SET skipped_events = skipped_events + 1 WHERE id = $1")
-                        .bind(d.id.to_string())
-                        .execute(&mut **tx)
-                        .await?;
-                }
+                let (active, inactive) = Self::subscribers(tx, &space, &e.event_type).await?;
+                let targets: Vec<(&Event, DestinationId)> = active.iter().map(|d| (e, *d)).collect();
+                Self::insert_deliveries(tx, &targets, now).await?;
+                Self::count_skipped(tx, inactive.iter().map(|d| (*d, 1))).await?;
                 let deliveries = active.len() as i64;
                 if let Some(key) = &new.idempotency_key {
                     sqlx::query("UPDATE idempotency_keys SET deliveries = $1 WHERE space_id = $2 AND key = $3")
@@ -169,8 +128,130 @@ macro_rules! impl_storage {
                     event_id: e.id,
                     deliveries,
                     skipped: inactive.len() as i64,
-                    destinations: active.iter().map(|d| d.id).collect(),
+                    destinations: active,
                 }))
+            }
+
+            /// The active and the inactive destinations of `space` subscribed to `event_type`.
+            async fn subscribers(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                space: &str,
+                event_type: &str,
+            ) -> Result<(Vec<DestinationId>, Vec<DestinationId>)> {
+                // A prefilter in SQL (event types are JSON text; `_` in a LIKE pattern may match
+                // too much, never too little), the exact match in `subscribes_to` below.
+                let sql = format!(
+                    "SELECT {} FROM destinations WHERE space_id = $1 \
+                     AND (event_types IS NULL OR event_types LIKE $2 OR event_types LIKE '%\"*\"%')",
+                    shared::DESTINATION
+                );
+                let destinations: Vec<Destination> = rows::convert_all(
+                    sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                        .bind(space)
+                        .bind(format!("%\"{}\"%", event_type))
+                        .fetch_all(&mut **tx)
+                        .await?,
+                )?;
+                let (active, inactive): (Vec<_>, Vec<_>) = destinations
+                    .iter()
+                    .filter(|d| d.subscribes_to(event_type))
+                    .partition(|d| d.status == DestinationStatus::Active);
+                Ok((active.iter().map(|d| d.id).collect(), inactive.iter().map(|d| d.id).collect()))
+            }
+
+            /// One pending delivery per (event, destination), due now, in multi-row INSERTs.
+            async fn insert_deliveries(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                targets: &[(&Event, DestinationId)],
+                now: UnixMs,
+            ) -> Result<()> {
+                for chunk in targets.chunks(shared::FAN_OUT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                         attempts, next_attempt_at, created_at, updated_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, (e, d)| {
+                        row.push_bind(DeliveryId::new().to_string())
+                            .push_bind(e.space_id.to_string())
+                            .push_bind(e.id.to_string())
+                            .push_bind(d.to_string())
+                            .push_bind(&e.event_type)
+                            .push_bind(DeliveryStatus::Pending.as_str())
+                            .push_bind(0_i64)
+                            .push_bind(now)
+                            .push_bind(now)
+                            .push_bind(now);
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// D5: an inactive destination is not caught up later; it only counts what it missed.
+            async fn count_skipped(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                skipped: impl Iterator<Item = (DestinationId, i64)>,
+            ) -> Result<()> {
+                for (d, n) in skipped {
+                    sqlx::query("UPDATE destinations SET skipped_events = skipped_events + $1 WHERE id = $2")
+                        .bind(n)
+                        .bind(d.to_string())
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                Ok(())
+            }
+
+            /// Events without an idempotency key, all at once: one INSERT for the events, one
+            /// look-up per (space, type), one INSERT for all their deliveries.
+            async fn publish_plain_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                events: &[&NewEvent],
+                now: UnixMs,
+            ) -> Result<Vec<Published>> {
+                for chunk in events.chunks(shared::FAN_OUT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO events (id, space_id, event_type, payload, created_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, new| {
+                        let e = &new.event;
+                        row.push_bind(e.id.to_string())
+                            .push_bind(e.space_id.to_string())
+                            .push_bind(&e.event_type)
+                            .push_bind(e.payload.to_string())
+                            .push_bind(e.created_at);
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                let mut subscribed: std::collections::HashMap<(SpaceId, &str), (Vec<DestinationId>, Vec<DestinationId>)> =
+                    std::collections::HashMap::new();
+                for new in events {
+                    let e = &new.event;
+                    if !subscribed.contains_key(&(e.space_id, e.event_type.as_str())) {
+                        let found = Self::subscribers(tx, &e.space_id.to_string(), &e.event_type).await?;
+                        subscribed.insert((e.space_id, e.event_type.as_str()), found);
+                    }
+                }
+                let mut targets = Vec::new();
+                let mut skipped: std::collections::HashMap<DestinationId, i64> = std::collections::HashMap::new();
+                let mut answers = Vec::with_capacity(events.len());
+                for new in events {
+                    let e = &new.event;
+                    let (active, inactive) = &subscribed[&(e.space_id, e.event_type.as_str())];
+                    targets.extend(active.iter().map(|d| (e, *d)));
+                    for d in inactive {
+                        *skipped.entry(*d).or_default() += 1;
+                    }
+                    answers.push(Published::Created {
+                        event_id: e.id,
+                        deliveries: active.len() as i64,
+                        skipped: inactive.len() as i64,
+                        destinations: active.clone(),
+                    });
+                }
+                Self::insert_deliveries(tx, &targets, now).await?;
+                Self::count_skipped(tx, skipped.into_iter()).await?;
+                Ok(answers)
             }
 
             /// One finished attempt and its consequences, inside `tx`.
@@ -587,23 +668,45 @@ macro_rules! impl_storage {
                 let _gate = self.gate().await;
                 let mut tx = self.begin_write(&self.pool).await?;
                 // `None`: the idempotency key was taken (read the first answer after the commit).
-                let mut outcomes: Vec<Result<Option<Published>>> = Vec::with_capacity(batch.len());
-                for new in batch {
+                let mut outcomes: Vec<Option<Result<Option<Published>>>> = (0..batch.len()).map(|_| None).collect();
+                // Events without a key all together; if that fails, one by one below, so only
+                // the event at fault fails.
+                let plain: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].idempotency_key.is_none()).collect();
+                if plain.len() > 1 {
+                    sqlx::query("SAVEPOINT publish_all").execute(&mut *tx).await?;
+                    let events: Vec<&NewEvent> = plain.iter().map(|&i| &batch[i]).collect();
+                    match Self::publish_plain_in(&mut tx, &events, now).await {
+                        Ok(answers) => {
+                            sqlx::query("RELEASE SAVEPOINT publish_all").execute(&mut *tx).await?;
+                            for (&i, answer) in plain.iter().zip(answers) {
+                                outcomes[i] = Some(Ok(Some(answer)));
+                            }
+                        }
+                        Err(_) => {
+                            sqlx::query("ROLLBACK TO SAVEPOINT publish_all").execute(&mut *tx).await?;
+                            sqlx::query("RELEASE SAVEPOINT publish_all").execute(&mut *tx).await?;
+                        }
+                    }
+                }
+                for (new, outcome) in batch.iter().zip(outcomes.iter_mut()) {
+                    if outcome.is_some() {
+                        continue;
+                    }
                     sqlx::query("SAVEPOINT publish").execute(&mut *tx).await?;
-                    let outcome = Self::publish_in(&mut tx, new, now).await;
-                    if matches!(outcome, Ok(Some(_))) {
+                    let result = Self::publish_in(&mut tx, new, now).await;
+                    if matches!(result, Ok(Some(_))) {
                         sqlx::query("RELEASE SAVEPOINT publish").execute(&mut *tx).await?;
                     } else {
                         sqlx::query("ROLLBACK TO SAVEPOINT publish").execute(&mut *tx).await?;
                         sqlx::query("RELEASE SAVEPOINT publish").execute(&mut *tx).await?;
                     }
-                    outcomes.push(outcome);
+                    *outcome = Some(result);
                 }
                 tx.commit().await?;
                 drop(_gate);
                 let mut answers = Vec::with_capacity(batch.len());
                 for (new, outcome) in batch.iter().zip(outcomes) {
-                    answers.push(match outcome {
+                    answers.push(match outcome.expect("every event was written or refused") {
                         Ok(Some(published)) => Ok(published),
                         Ok(None) => {
                             let key = new.idempotency_key.as_deref().unwrap_or_default();
