@@ -167,7 +167,7 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
         <fieldset>
             <legend>"Transformation"</legend>
             <label>"A jq program applied to each payload before it is sent (empty for none)"
-                <textarea name="transformation" rows="4" spellcheck="false" class="mono" placeholder="{event: .type, data: .}">{f.transformation}</textarea>
+                <textarea name="transformation" rows="4" spellcheck="false" class="mono" placeholder="e.g. {id: .id, text: .text}">{f.transformation}</textarea>
             </label>
         </fieldset>
     }
