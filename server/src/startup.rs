@@ -68,7 +68,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let sessions = AnyStore::for_storage(storage.as_ref())
+    let sessions = AnyStore::for_storage(storage.clone())
         .await
         .context("creating the session store")?;
     let cleanup = tokio::spawn(
@@ -95,6 +95,7 @@ pub async fn run(
             storage.clone(),
             engine.waker(),
             shared_config.clone(),
+            sessions.clone(),
         )),
         wake: engine.waker(),
         hints: engine.hints(),

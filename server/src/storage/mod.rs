@@ -517,6 +517,50 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn count_failed_unresent(&self, destination_id: DestinationId) -> Result<i64>;
     /// Events recorded by [`Storage::take_rate_slot`] under `key` within the window, without taking one.
     async fn count_rate_events(&self, key: &str, window_ms: i64, now: UnixMs) -> Result<i64>;
+
+    // Console: first run, user management, sessions per user, test events (issue 7).
+    /// Creates `user` only if no user exists, in one transaction that two concurrent
+    /// first-run setups cannot both pass; false when a user exists already.
+    async fn create_first_user(&self, user: &User) -> Result<bool>;
+    /// Disables a user (`Some(now)`) or enables one (`None`). Never disables the last
+    /// active admin; disabling a disabled user changes nothing and is `Done`.
+    async fn set_user_disabled(
+        &self,
+        id: UserId,
+        disabled_at: Option<UnixMs>,
+    ) -> Result<UserChange>;
+    /// Deletes a user (and its session index), never the last active admin.
+    async fn delete_user(&self, id: UserId) -> Result<UserChange>;
+    /// Records that the console session `session_id` is signed in as `user_id` (until
+    /// `expires_at`), so the user's sessions can be ended; forgets expired records.
+    async fn remember_session(
+        &self,
+        session_id: &str,
+        user_id: UserId,
+        expires_at: UnixMs,
+        now: UnixMs,
+    ) -> Result<()>;
+    async fn forget_session(&self, session_id: &str) -> Result<()>;
+    /// The IDs of the console sessions signed in as `user_id`.
+    async fn user_sessions(&self, user_id: UserId) -> Result<Vec<String>>;
+    /// Stores `event` with one delivery, to `destination_id` only (whatever its event
+    /// types), in one transaction; `Conflict` when that destination is not active in
+    /// the event's space. The delivery goes out through the engine like any other.
+    async fn publish_test_event(
+        &self,
+        event: &Event,
+        destination_id: DestinationId,
+        now: UnixMs,
+    ) -> Result<DeliveryId>;
+}
+
+/// What became of a change to a console user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserChange {
+    Done,
+    NotFound,
+    /// Refused: the user is the last active admin.
+    LastAdmin,
 }
 
 /// Opens the database named by `url` (`sqlite://…` or `postgres://…`).

@@ -7,7 +7,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use super::{
     rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
     FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
-    Result, Slot, StorageError,
+    Result, Slot, StorageError, UserChange,
 };
 use crate::domain::*;
 
@@ -52,6 +52,18 @@ impl PostgresStorage {
     ) -> sqlx::Result<()> {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(CLAIM_LOCK)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Serializes changes to `users` that depend on the other users (the first admin,
+    /// the last admin): under READ COMMITTED two of them could each see the other's
+    /// row as it was and both pass. Reads and sign-ins are not blocked.
+    pub(super) async fn lock_users(
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    ) -> Result<()> {
+        sqlx::query("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
             .execute(&mut **tx)
             .await?;
         Ok(())

@@ -31,6 +31,10 @@ pub(super) const USER: &str = "id, email, password_hash, role, created_at, disab
 pub(super) const NOTIFICATION: &str =
     "id, space_id, kind, subject_kind, subject_id, message, created_at, read_at";
 
+/// A condition on the user `$1`: it is not an admin, or another admin is still active.
+pub(super) const NOT_LAST_ADMIN: &str = "(role <> 'admin' OR EXISTS (SELECT 1 FROM users o \
+    WHERE o.role = 'admin' AND o.disabled_at IS NULL AND o.id <> $1))";
+
 /// How many of the earliest due deliveries a claim looks at to find ones it may take.
 pub(super) const CLAIM_SCAN: i64 = 5000;
 
@@ -1712,6 +1716,166 @@ macro_rules! impl_storage {
                     .fetch_one(&self.pool)
                     .await?;
                 Ok(n)
+            }
+
+            async fn create_first_user(&self, u: &User) -> Result<bool> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                <$backend>::lock_users(&mut tx).await?;
+                let done = sqlx::query(
+                    "INSERT INTO users (id, email, password_hash, role, created_at, disabled_at) \
+                     SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS (SELECT 1 FROM users)",
+                )
+                .bind(u.id.to_string())
+                .bind(&u.email)
+                .bind(&u.password_hash)
+                .bind(u.role.as_str())
+                .bind(u.created_at)
+                .bind(u.disabled_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn set_user_disabled(&self, id: UserId, disabled_at: Option<UnixMs>) -> Result<UserChange> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                <$backend>::lock_users(&mut tx).await?;
+                let done = match disabled_at {
+                    None => sqlx::query("UPDATE users SET disabled_at = NULL WHERE id = $1")
+                        .bind(id.to_string())
+                        .execute(&mut *tx)
+                        .await?,
+                    Some(at) => sqlx::query(&format!(
+                        "UPDATE users SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL AND {}",
+                        shared::NOT_LAST_ADMIN
+                    ))
+                    .bind(id.to_string())
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?,
+                };
+                let change = if done.rows_affected() == 1 {
+                    UserChange::Done
+                } else {
+                    Self::why_unchanged(&mut tx, id).await?
+                };
+                tx.commit().await?;
+                Ok(change)
+            }
+
+            async fn delete_user(&self, id: UserId) -> Result<UserChange> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                <$backend>::lock_users(&mut tx).await?;
+                let done = sqlx::query(&format!(
+                    "DELETE FROM users WHERE id = $1 AND (disabled_at IS NOT NULL OR {})",
+                    shared::NOT_LAST_ADMIN
+                ))
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                let change = if done.rows_affected() == 1 {
+                    UserChange::Done
+                } else {
+                    match Self::why_unchanged(&mut tx, id).await? {
+                        UserChange::Done => UserChange::LastAdmin,
+                        other => other,
+                    }
+                };
+                tx.commit().await?;
+                Ok(change)
+            }
+
+            async fn remember_session(&self, session_id: &str, user_id: UserId, expires_at: UnixMs, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO console_sessions (session_id, user_id, expires_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (session_id) DO UPDATE SET user_id = excluded.user_id, expires_at = excluded.expires_at",
+                )
+                .bind(session_id)
+                .bind(user_id.to_string())
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn forget_session(&self, session_id: &str) -> Result<()> {
+                let _gate = self.gate().await;
+                sqlx::query("DELETE FROM console_sessions WHERE session_id = $1")
+                    .bind(session_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn user_sessions(&self, user_id: UserId) -> Result<Vec<String>> {
+                let rows: Vec<(String,)> =
+                    sqlx::query_as("SELECT session_id FROM console_sessions WHERE user_id = $1")
+                        .bind(user_id.to_string())
+                        .fetch_all(&self.pool)
+                        .await?;
+                Ok(rows.into_iter().map(|(id,)| id).collect())
+            }
+
+            async fn publish_test_event(&self, event: &Event, destination_id: DestinationId, now: UnixMs) -> Result<DeliveryId> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                sqlx::query(
+                    "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(event.id.to_string())
+                .bind(event.space_id.to_string())
+                .bind(&event.event_type)
+                .bind(event.payload.to_string())
+                .bind(event.created_at)
+                .execute(&mut *tx)
+                .await?;
+                let delivery = DeliveryId::new();
+                let done = sqlx::query(
+                    "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                     attempts, next_attempt_at, created_at, updated_at) \
+                     SELECT $1, space_id, $2, id, $3, 'pending', 0, $4, $4, $4 FROM destinations \
+                     WHERE id = $5 AND space_id = $6 AND status = 'active'",
+                )
+                .bind(delivery.to_string())
+                .bind(event.id.to_string())
+                .bind(&event.event_type)
+                .bind(now)
+                .bind(destination_id.to_string())
+                .bind(event.space_id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() != 1 {
+                    // Rolled back on drop: no event without its delivery.
+                    return Err(StorageError::Conflict("the destination is not active".into()));
+                }
+                tx.commit().await?;
+                Ok(delivery)
+            }
+        }
+
+        impl $backend {
+            /// Why a change to a user touched no row: it does not exist, it was already
+            /// as asked (`Done`), or it is the last active admin.
+            async fn why_unchanged(tx: &mut sqlx::Transaction<'static, $db>, id: UserId) -> Result<UserChange> {
+                let row: Option<(Option<i64>,)> = sqlx::query_as("SELECT disabled_at FROM users WHERE id = $1")
+                    .bind(id.to_string())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                Ok(match row {
+                    None => UserChange::NotFound,
+                    Some((Some(_),)) => UserChange::Done,
+                    Some((None,)) => UserChange::LastAdmin,
+                })
             }
         }
     };
