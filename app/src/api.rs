@@ -102,6 +102,13 @@ pub async fn get_space(id: String) -> Result<SpaceDetail, ConsoleError> {
     crate::port::backend()?.space(&user, &id).await
 }
 
+/// A destination's settings as its edit form's values (admins only).
+#[server(endpoint = "destination_edit")]
+pub async fn get_destination_edit(id: String) -> Result<DestinationEdit, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.destination_edit(&user, &id).await
+}
+
 #[server(endpoint = "users")]
 pub async fn list_users() -> Result<Vec<UserView>, ConsoleError> {
     let user = crate::guard::signed_in().await?;
@@ -220,33 +227,96 @@ pub async fn set_destination_status(id: String, status: String) -> Result<Notice
     crate::guard::answer(notice, None).await
 }
 
+/// A new destination from the console's form; the fields are [`DestinationForm`]'s.
 #[server(endpoint = "create_destination")]
 pub async fn create_destination(
     space: String,
     url: String,
-    description: String,
-    event_types: String,
-    max_attempts: String,
-    timeout_seconds: String,
-    preset: String,
-    rate_count: String,
-    rate_period: String,
+    #[server(default)] description: String,
+    #[server(default)] event_types: String,
+    #[server(default)] max_attempts: String,
+    #[server(default)] timeout_seconds: String,
+    #[server(default)] preset: String,
+    #[server(default)] initial_seconds: String,
+    #[server(default)] max_seconds: String,
+    #[server(default)] jitter_percent: String,
+    #[server(default)] retry_after: String,
+    #[server(default)] rate_count: String,
+    #[server(default)] rate_period: String,
+    #[server(default)] transformation: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let form = NewDestination {
+    let form = DestinationForm {
         space,
+        id: String::new(),
         url,
         description,
         event_types,
         max_attempts,
         timeout_seconds,
         preset,
+        initial_seconds,
+        max_seconds,
+        jitter_percent,
+        retry_after,
         rate_count,
         rate_period,
+        transformation,
     };
     let notice = crate::port::backend()?
         .create_destination(&user, &form)
         .await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// Changes a destination's settings; every field of the edit form is posted, and an
+/// empty one means "none" or "the preset's" (see [`DestinationForm`]).
+#[server(endpoint = "update_destination")]
+pub async fn update_destination(
+    id: String,
+    url: String,
+    #[server(default)] description: String,
+    #[server(default)] event_types: String,
+    #[server(default)] max_attempts: String,
+    #[server(default)] timeout_seconds: String,
+    #[server(default)] preset: String,
+    #[server(default)] initial_seconds: String,
+    #[server(default)] max_seconds: String,
+    #[server(default)] jitter_percent: String,
+    #[server(default)] retry_after: String,
+    #[server(default)] rate_count: String,
+    #[server(default)] rate_period: String,
+    #[server(default)] transformation: String,
+) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let form = DestinationForm {
+        space: String::new(),
+        id,
+        url,
+        description,
+        event_types,
+        max_attempts,
+        timeout_seconds,
+        preset,
+        initial_seconds,
+        max_seconds,
+        jitter_percent,
+        retry_after,
+        rate_count,
+        rate_period,
+        transformation,
+    };
+    let notice = crate::port::backend()?
+        .update_destination(&user, &form)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// Sends a `partyflow.test` event to this destination only; the notice links to its delivery.
+#[server(endpoint = "send_test_event")]
+pub async fn send_test_event(id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.send_test_event(&user, &id).await?;
     crate::guard::answer(notice, None).await
 }
 
@@ -344,6 +414,32 @@ pub async fn create_user(
     let notice = crate::port::backend()?
         .create_user(&user, &email, &password, &role)
         .await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// `status`: `disabled` (the user can no longer sign in; their sessions end) or `active`.
+#[server(endpoint = "set_user_status")]
+pub async fn set_user_status(id: String, status: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let disabled = match status.as_str() {
+        "disabled" => true,
+        "active" => false,
+        _ => {
+            return Err(ConsoleError::Invalid(
+                "The status must be active or disabled.".into(),
+            ))
+        }
+    };
+    let notice = crate::port::backend()?
+        .set_user_disabled(&user, &id, disabled)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "delete_user")]
+pub async fn delete_user(id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?.delete_user(&user, &id).await?;
     crate::guard::answer(notice, None).await
 }
 

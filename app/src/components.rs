@@ -401,6 +401,54 @@ pub fn StatusBadge(status: String, #[prop(optional)] paused: bool) -> impl IntoV
     view! { <span class=format!("badge status-{status}") title=title data-status=status.clone()>{text}</span> }
 }
 
+/// A destructive action behind a second, deliberate click: a `<details>` whose
+/// summary names the action and opens onto the question and the real submit button
+/// (the children: a form). Works without JavaScript; with it, opening it moves the
+/// focus to the confirm button and Escape closes it again.
+#[component]
+pub fn Confirm(
+    /// What the summary says, e.g. "Revoke".
+    label: String,
+    /// The question, naming what will happen, e.g. "Revoke the API key ci? …".
+    question: String,
+    #[prop(optional, into)] testid: String,
+    children: Children,
+) -> impl IntoView {
+    use leptos::wasm_bindgen::JsCast;
+    let details = NodeRef::<leptos::html::Details>::new();
+    let focus = |d: &leptos::web_sys::HtmlDetailsElement, css: &str| {
+        if let Ok(Some(el)) = d.query_selector(css) {
+            if let Ok(el) = el.dyn_into::<leptos::web_sys::HtmlElement>() {
+                let _ = el.focus();
+            }
+        }
+    };
+    let on_toggle = move |_| {
+        if let Some(d) = details.get_untracked() {
+            if d.open() {
+                focus(&d, ".confirm-box button[type=submit]");
+            }
+        }
+    };
+    let on_keydown = move |ev: leptos::ev::KeyboardEvent| {
+        if ev.key() == "Escape" {
+            if let Some(d) = details.get_untracked() {
+                d.set_open(false);
+                focus(&d, "summary");
+            }
+        }
+    };
+    view! {
+        <details class="confirm-inline" node_ref=details data-testid=testid on:toggle=on_toggle on:keydown=on_keydown>
+            <summary class="danger-text">{label}</summary>
+            <div class="confirm-box" role="group">
+                <p>{question}</p>
+                {children()}
+            </div>
+        </details>
+    }
+}
+
 /// A `<select>` whose options are `(value, label)`, with `current` chosen.
 pub fn select_options(options: Vec<(String, String)>, current: &str) -> impl IntoView {
     options

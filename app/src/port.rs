@@ -70,7 +70,7 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         id: &str,
         active: bool,
     ) -> R<Notice>;
-    async fn create_destination(&self, actor: &SessionUser, form: &NewDestination) -> R<Notice>;
+    async fn create_destination(&self, actor: &SessionUser, form: &DestinationForm) -> R<Notice>;
     async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> R<Notice>;
     async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
     /// `origin` is how the browser reached us (`http://host:port`), for the webhook's URL.
@@ -96,6 +96,20 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         password: &str,
         role: &str,
     ) -> R<Notice>;
+
+    // Added with the destination editor, test events and user management (admin only).
+    /// A destination's current settings, as the values of its edit form.
+    async fn destination_edit(&self, actor: &SessionUser, id: &str) -> R<DestinationEdit>;
+    /// Changes a destination's settings (`form.id`), checked by the same rules as the REST API.
+    async fn update_destination(&self, actor: &SessionUser, form: &DestinationForm) -> R<Notice>;
+    /// Publishes a `partyflow.test` event delivered to this destination only, through the
+    /// engine like any other; the notice links to the delivery.
+    async fn send_test_event(&self, actor: &SessionUser, id: &str) -> R<Notice>;
+    /// Disables (ending the user's sessions) or re-enables a user. Refused for oneself
+    /// and for the last active admin.
+    async fn set_user_disabled(&self, actor: &SessionUser, id: &str, disabled: bool) -> R<Notice>;
+    /// Deletes a user and ends their sessions; refused for oneself and the last active admin.
+    async fn delete_user(&self, actor: &SessionUser, id: &str) -> R<Notice>;
 }
 
 pub type SharedBackend = Arc<dyn ConsoleBackend>;

@@ -473,10 +473,17 @@ pub struct UserView {
     pub disabled: bool,
 }
 
-/// The form of a new destination, as the console posts it.
+/// A destination's settings as the console's forms post them (every field is text,
+/// as typed); the same for a new destination (`space`) and a change (`id`).
+/// Empty fields take the default: for the retry fields, the chosen preset's value.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewDestination {
+pub struct DestinationForm {
+    /// The space of a new destination.
+    #[serde(default)]
     pub space: String,
+    /// The destination being changed.
+    #[serde(default)]
+    pub id: String,
     pub url: String,
     #[serde(default)]
     pub description: String,
@@ -490,9 +497,31 @@ pub struct NewDestination {
     /// `partyflow` or `standard`.
     #[serde(default)]
     pub preset: String,
+    /// Overrides of the preset: the first delay and the longest one, in seconds.
+    #[serde(default)]
+    pub initial_seconds: String,
+    #[serde(default)]
+    pub max_seconds: String,
+    /// 0 to 100.
+    #[serde(default)]
+    pub jitter_percent: String,
+    /// `replace`, `extend`, or empty for the preset's.
+    #[serde(default)]
+    pub retry_after: String,
     /// Empty for none, else a count with `rate_period`.
     #[serde(default)]
     pub rate_count: String,
     #[serde(default)]
     pub rate_period: String,
+    /// A jq program; empty for none.
+    #[serde(default)]
+    pub transformation: String,
+}
+
+/// What the edit page of a destination shows: its current settings as the form's values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationEdit {
+    pub form: DestinationForm,
+    pub space_name: String,
+    pub status: String,
 }

@@ -1,6 +1,6 @@
-//! Roles and request forgery: support staff see no Re-enable or user management,
-//! and the server refuses those calls even when made directly over HTTP; a change
-//! posted with another site's Origin is refused for everyone.
+//! Roles and request forgery: support staff see no Re-enable, destination settings,
+//! test events or user management, and the server refuses those calls even when made
+//! directly over HTTP; a change posted with another site's Origin is refused for everyone.
 
 mod common;
 
@@ -86,6 +86,19 @@ async fn support_staff_cannot_re_enable_or_manage_users_and_the_server_refuses_i
         "no create form for support"
     );
     screenshot(&c, "support-destinations").await;
+    open(&c, &server, &format!("/destinations/{dst}")).await;
+    find(&c, "dl.facts").await;
+    for admin_only in ["edit-settings", "send-test"] {
+        assert!(
+            c.find(Locator::Css(&format!("[data-testid={admin_only}]")))
+                .await
+                .is_err(),
+            "no {admin_only} for support"
+        );
+    }
+    open(&c, &server, &format!("/destinations/{dst}/edit")).await;
+    wait_text(&c, "[data-testid=error]", "Your role does not allow this.").await;
+    assert!(c.find(Locator::Css("input[name=url]")).await.is_err());
     open(&c, &server, "/incoming-webhooks").await;
     find(&c, &format!("tr[data-hook='{hook}'][data-status=disabled]")).await;
     assert!(c

@@ -59,6 +59,19 @@ pub async fn create_user(
     password: &str,
     role: Role,
 ) -> anyhow::Result<User> {
+    let user = new_user(email, password, role)?;
+    match store.create_user(&user).await {
+        Ok(()) => Ok(user),
+        Err(StorageError::Conflict(_)) => {
+            anyhow::bail!("a user with the email {} already exists", user.email)
+        }
+        Err(e) => Err(e).context("creating the user"),
+    }
+}
+
+/// A console user, not stored yet: the email and the password rules checked, the
+/// password hashed.
+pub fn new_user(email: &str, password: &str, role: Role) -> anyhow::Result<User> {
     let email = email.trim().to_lowercase();
     anyhow::ensure!(
         email.len() <= 254
@@ -68,19 +81,12 @@ pub async fn create_user(
         "{email:?} is not an email address"
     );
     auth::check_new_password(password).map_err(|why| anyhow::anyhow!(why))?;
-    let user = User {
+    Ok(User {
         id: UserId::new(),
         email,
         password_hash: auth::hash_password(password)?,
         role,
         created_at: now_ms(),
         disabled_at: None,
-    };
-    match store.create_user(&user).await {
-        Ok(()) => Ok(user),
-        Err(StorageError::Conflict(_)) => {
-            anyhow::bail!("a user with the email {} already exists", user.email)
-        }
-        Err(e) => Err(e).context("creating the user"),
-    }
+    })
 }

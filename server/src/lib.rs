@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`domain`]: IDs, records and the closed sets of values (statuses, error classes, plans).
 //! - [`storage`]: the [`storage::Storage`] trait and its SQLite and PostgreSQL implementations.
+//! - [`destinations`]: a destination's settings and their rules (REST API and console alike).
 //! - [`auth`]: password hashing and the secrets we hand out (API keys, tokens).
 //! - [`config`]: settings from the defaults, a TOML file and `PARTYFLOW_*` variables.
 //! - [`http`]: the axum routers: health, the REST API (`http::v1`), and the JSON error type.
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod console;
+pub mod destinations;
 pub mod dispatch;
 pub mod domain;
 pub mod http;

@@ -26,6 +26,10 @@ pub struct AppState {
     pub storage: Arc<dyn Storage>,
     /// Wakes the dispatch engine after new deliveries are written.
     pub wake: Arc<tokio::sync::Notify>,
+    /// Names the destinations that just got deliveries (cheaper than `wake`).
+    pub hints: Arc<crate::dispatch::engine::Hints>,
+    /// Publishes, committed in groups.
+    pub publisher: crate::storage::group_commit::Publisher,
     pub console: SharedBackend,
     pub leptos_options: LeptosOptions,
     pub config: Arc<Config>,
@@ -64,7 +68,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let sessions = AnyStore::for_storage(storage.as_ref())
+    let sessions = AnyStore::for_storage(storage.clone())
         .await
         .context("creating the session store")?;
     let cleanup = tokio::spawn(
@@ -91,8 +95,11 @@ pub async fn run(
             storage.clone(),
             engine.waker(),
             shared_config.clone(),
+            sessions.clone(),
         )),
         wake: engine.waker(),
+        hints: engine.hints(),
+        publisher: crate::storage::group_commit::Publisher::start(storage.clone()),
         storage,
         leptos_options: leptos_options(&config, addr),
         config: shared_config,

@@ -1,11 +1,14 @@
 //! One destination: its settings and state, the signing secret (admins), Re-enable,
-//! Disable, rotate the secret, Send again all failed, and a link to its deliveries.
+//! Disable, rotate the secret, Send again all failed, a test event, and links to its
+//! deliveries and (admins) to its settings.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::{get_destination, ResendFailed, RotateSecret, SetDestinationStatus};
+use crate::api::{
+    get_destination, ResendFailed, RotateSecret, SendTestEvent, SetDestinationStatus,
+};
 use crate::components::{console, fmt_time, is_admin, load_error, use_mutation, StatusBadge};
 use crate::types::DestinationDetail;
 
@@ -21,6 +24,7 @@ pub fn DestinationPage() -> impl IntoView {
     let set_status = use_mutation::<SetDestinationStatus>();
     let resend_failed = use_mutation::<ResendFailed>();
     let rotate = use_mutation::<RotateSecret>();
+    let test = use_mutation::<SendTestEvent>();
 
     view! {
         <Title text="Destination · PartyFlow Hooks"/>
@@ -29,7 +33,7 @@ pub fn DestinationPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 let admin = is_admin(&Some(ctx.me.await));
                 match data.await {
-                    Ok(d) => detail_view(d, admin, set_status, resend_failed, rotate).into_any(),
+                    Ok(d) => detail_view(d, admin, Actions { set_status, resend_failed, rotate, test }).into_any(),
                     Err(e) => load_error(e),
                 }
             })}
@@ -37,20 +41,32 @@ pub fn DestinationPage() -> impl IntoView {
     }
 }
 
-fn detail_view(
-    d: DestinationDetail,
-    admin: bool,
+#[derive(Clone, Copy)]
+struct Actions {
     set_status: ServerAction<SetDestinationStatus>,
     resend_failed: ServerAction<ResendFailed>,
     rotate: ServerAction<RotateSecret>,
-) -> impl IntoView {
+    test: ServerAction<SendTestEvent>,
+}
+
+fn detail_view(d: DestinationDetail, admin: bool, a: Actions) -> impl IntoView {
+    let Actions {
+        set_status,
+        resend_failed,
+        rotate,
+        test,
+    } = a;
     let v = d.view.clone();
     let inactive = v.status == "inactive";
     let busy = move || {
-        set_status.pending().get() || resend_failed.pending().get() || rotate.pending().get()
+        set_status.pending().get()
+            || resend_failed.pending().get()
+            || rotate.pending().get()
+            || test.pending().get()
     };
     let deliveries = format!("/deliveries?space={}&destination={}", v.space_id, v.id);
     let (id1, id2, id3, id4) = (v.id.clone(), v.id.clone(), v.id.clone(), v.id.clone());
+    let (id5, edit) = (v.id.clone(), format!("/destinations/{}/edit", v.id));
     let failed = format!("{deliveries}&status=failed");
     view! {
         <div class="page-head">
@@ -78,6 +94,18 @@ fn detail_view(
                     <input type="hidden" name="destination" value=id2/>
                     <button type="submit" class="secondary" data-testid="resend-failed" disabled=busy>
                         {format!("Send again all failed ({})", v.failed_unresent)}
+                    </button>
+                </ActionForm>
+            })}
+            {admin.then(move || view! {
+                <a class="button" href=edit data-testid="edit-settings">"Edit settings"</a>
+            })}
+            {(admin && !inactive).then(move || view! {
+                <ActionForm action=test>
+                    <input type="hidden" name="id" value=id5/>
+                    <button type="submit" class="secondary" data-testid="send-test" disabled=busy
+                        title="Publishes a partyflow.test event delivered to this destination only">
+                        "Send test event"
                     </button>
                 </ActionForm>
             })}

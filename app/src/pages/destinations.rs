@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
+use super::destination_edit::SettingsFields;
 use super::SpaceFilter;
 use crate::api::{
     list_destinations, list_spaces, CreateDestination, ResendFailed, SetDestinationStatus,
@@ -14,7 +15,7 @@ use crate::api::{
 use crate::components::{
     console, is_admin, load_error, reset_on_success, select_options, use_mutation, StatusBadge,
 };
-use crate::types::{DestinationView, SpaceView};
+use crate::types::{DestinationForm, DestinationView, SpaceView};
 
 #[component]
 pub fn DestinationsPage() -> impl IntoView {
@@ -155,36 +156,18 @@ fn CreateForm(
     let form = NodeRef::new();
     reset_on_success(create, form);
     let options: Vec<(String, String)> = spaces.into_iter().map(|s| (s.id, s.name)).collect();
-    let periods = vec![
-        ("second".to_owned(), "per second".to_owned()),
-        ("minute".to_owned(), "per minute".to_owned()),
-        ("hour".to_owned(), "per hour".to_owned()),
-    ];
-    let presets = vec![
-        (
-            "partyflow".to_owned(),
-            "PartyFlow: 5 s → 1 h, ±20 % jitter, 8 attempts".to_owned(),
-        ),
-        (
-            "standard".to_owned(),
-            "Standard: 30 s → 1 h, no jitter, 6 attempts".to_owned(),
-        ),
-    ];
+    let defaults = DestinationForm {
+        timeout_seconds: "30".into(),
+        ..Default::default()
+    };
     view! {
         <details class="card create">
             <summary>"New destination"</summary>
             <ActionForm action=create node_ref=form>
                 <div class="form-grid">
                     <label>"Space" <select name="space" required>{select_options(options, &current)}</select></label>
-                    <label class="wide">"URL" <input type="url" name="url" required placeholder="https://example.com/webhooks"/></label>
-                    <label class="wide">"Description" <input type="text" name="description" maxlength="1000"/></label>
-                    <label class="wide">"Event types (comma-separated; empty for all)" <input type="text" name="event_types" placeholder="message.created, channel.created"/></label>
-                    <label>"Retry policy" <select name="preset">{select_options(presets, "partyflow")}</select></label>
-                    <label>"Max attempts (1–20; empty for the policy's)" <input type="number" name="max_attempts" min="1" max="20"/></label>
-                    <label>"Timeout, seconds (1–60)" <input type="number" name="timeout_seconds" min="1" max="60" value="30"/></label>
-                    <label>"Rate limit (empty for none)" <input type="number" name="rate_count" min="1"/></label>
-                    <label>"Per" <select name="rate_period">{select_options(periods, "second")}</select></label>
                 </div>
+                <SettingsFields f=defaults/>
                 <button type="submit" disabled=move || pending.get()>
                     {move || if pending.get() { "Creating…" } else { "Create destination" }}
                 </button>

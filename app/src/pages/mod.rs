@@ -6,6 +6,7 @@ pub mod bulk;
 pub mod deliveries;
 pub mod delivery;
 pub mod destination;
+pub mod destination_edit;
 pub mod destinations;
 pub mod incoming;
 pub mod login;

@@ -11,6 +11,7 @@ use crate::api::{
 };
 use crate::components::{
     console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation,
+    Confirm,
 };
 use crate::types::SpaceDetail;
 
@@ -154,16 +155,19 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
                         let s = s2.clone();
                         view! {
                             <li>
-                                {b.name} " " <span class="small muted">{fmt_time(b.created_at)}</span>
+                                {b.name.clone()} " " <span class="small muted">{fmt_time(b.created_at)}</span>
                                 {if revoked {
                                     view! { " " <span class="tag">"revoked"</span> }.into_any()
                                 } else {
+                                    let question = format!("Revoke the token of the bot {}? Its messages are refused from now on; this cannot be undone.", b.name);
                                     view! {
-                                        <ActionForm action=a.revoke_bot>
-                                            <input type="hidden" name="space" value=s/>
-                                            <input type="hidden" name="id" value=b.id/>
-                                            <button type="submit" class="link danger-text">"Revoke"</button>
-                                        </ActionForm>
+                                        <Confirm label="Revoke".to_owned() question=question testid="revoke-bot">
+                                            <ActionForm action=a.revoke_bot>
+                                                <input type="hidden" name="space" value=s/>
+                                                <input type="hidden" name="id" value=b.id/>
+                                                <button type="submit" class="danger">"Yes, revoke"</button>
+                                            </ActionForm>
+                                        </Confirm>
                                     }.into_any()
                                 }}
                             </li>
@@ -183,20 +187,24 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
                         let revoked = k.revoked_at.is_some();
                         let s = s4.clone();
                         view! {
-                            <li>
-                                {k.name} " " <code>{k.prefix} "…"</code> " "
+                            <li data-key=k.id.clone()>
+                                {k.name.clone()} " " <code>{k.prefix.clone()} "…"</code> " "
                                 <span class="small muted">
                                     {k.last_used_at.map(|t| format!("used {}", fmt_time(t))).unwrap_or_else(|| "never used".into())}
                                 </span>
                                 {if revoked {
                                     view! { " " <span class="tag">"revoked"</span> }.into_any()
                                 } else {
+                                    let question = format!("Revoke the API key {} ({}…)? Calls with it are refused from now on; this cannot be undone.", k.name, k.prefix);
+                                    let key_id = k.id.clone();
                                     view! {
-                                        <ActionForm action=a.revoke_key>
-                                            <input type="hidden" name="space" value=s/>
-                                            <input type="hidden" name="id" value=k.id/>
-                                            <button type="submit" class="link danger-text">"Revoke"</button>
-                                        </ActionForm>
+                                        <Confirm label="Revoke".to_owned() question=question testid="revoke-key">
+                                            <ActionForm action=a.revoke_key>
+                                                <input type="hidden" name="space" value=s/>
+                                                <input type="hidden" name="id" value=key_id/>
+                                                <button type="submit" class="danger" data-testid="confirm-revoke-key">"Yes, revoke"</button>
+                                            </ActionForm>
+                                        </Confirm>
                                     }.into_any()
                                 }}
                             </li>

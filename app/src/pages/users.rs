@@ -1,19 +1,24 @@
 //! Console users and their roles (admins only): `admin` may do everything,
-//! `support` may read, send again and cancel.
+//! `support` may read, send again and cancel. Admins add users, disable and
+//! re-enable them (disabling ends their sessions) and delete them (after a
+//! confirmation); never themselves, and never the last active admin.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::api::{list_users, CreateUser};
+use crate::api::{list_users, CreateUser, DeleteUser, SetUserStatus};
 use crate::components::{
-    console, fmt_time, load_error, reset_on_success, select_options, use_mutation,
+    console, fmt_time, load_error, reset_on_success, select_options, use_mutation, Confirm,
 };
+use crate::types::UserView;
 
 #[component]
 pub fn UsersPage() -> impl IntoView {
     let ctx = console();
     let data = Resource::new(move || ctx.refresh.get(), |_| list_users());
     let create = use_mutation::<CreateUser>();
+    let set_status = use_mutation::<SetUserStatus>();
+    let delete = use_mutation::<DeleteUser>();
     let pending = create.pending();
     let form = NodeRef::new();
     reset_on_success(create, form);
@@ -23,18 +28,18 @@ pub fn UsersPage() -> impl IntoView {
         <div class="page-head"><h1>"Users"</h1></div>
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
+                let me = ctx.me.await.map(|u| u.id).unwrap_or_default();
                 match data.await {
                     Ok(users) => view! {
                         <div class="table-wrap"><table class="grid" data-testid="users">
-                            <thead><tr><th scope="col">"Email"</th><th scope="col">"Role"</th><th scope="col">"Created (UTC)"</th><th scope="col">"State"</th></tr></thead>
+                            <thead><tr>
+                                <th scope="col">"Email"</th><th scope="col">"Role"</th><th scope="col">"Created (UTC)"</th>
+                                <th scope="col">"State"</th><th scope="col">"Actions"</th>
+                            </tr></thead>
                             <tbody>
-                                {users.into_iter().map(|u| view! {
-                                    <tr>
-                                        <td>{u.email}</td>
-                                        <td>{u.role}</td>
-                                        <td>{fmt_time(u.created_at)}</td>
-                                        <td>{if u.disabled { "disabled" } else { "active" }}</td>
-                                    </tr>
+                                {users.into_iter().map(|u| {
+                                    let mine = u.id == me;
+                                    user_row(u, mine, set_status, delete)
                                 }).collect_view()}
                             </tbody>
                         </table></div>
@@ -54,6 +59,56 @@ pub fn UsersPage() -> impl IntoView {
                 }
             })}
         </Transition>
+    }
+}
+
+fn user_row(
+    u: UserView,
+    mine: bool,
+    set_status: ServerAction<SetUserStatus>,
+    delete: ServerAction<DeleteUser>,
+) -> impl IntoView {
+    let state = if u.disabled { "disabled" } else { "active" };
+    let busy = move || set_status.pending().get() || delete.pending().get();
+    let actions = if mine {
+        view! { <span class="tag">"you"</span> }.into_any()
+    } else {
+        let (toggle_to, toggle_label, toggle_class) = if u.disabled {
+            ("active", "Enable", "secondary")
+        } else {
+            ("disabled", "Disable", "secondary danger-text")
+        };
+        let question = format!(
+            "Delete {}? They can no longer sign in and their sessions end at once. This cannot be undone.",
+            u.email
+        );
+        let (id1, id2) = (u.id.clone(), u.id.clone());
+        view! {
+            <ActionForm action=set_status>
+                <input type="hidden" name="id" value=id1/>
+                <input type="hidden" name="status" value=toggle_to/>
+                <button type="submit" class=toggle_class data-testid="toggle-user" disabled=busy
+                    title=if u.disabled { "They can sign in again" } else { "They can no longer sign in; their sessions end at once" }>
+                    {toggle_label}
+                </button>
+            </ActionForm>
+            <Confirm label="Delete".to_owned() question=question testid="delete-user">
+                <ActionForm action=delete>
+                    <input type="hidden" name="id" value=id2/>
+                    <button type="submit" class="danger" data-testid="confirm-delete-user" disabled=busy>"Yes, delete"</button>
+                </ActionForm>
+            </Confirm>
+        }
+        .into_any()
+    };
+    view! {
+        <tr data-user=u.id.clone() data-state=state>
+            <td>{u.email}</td>
+            <td>{u.role}</td>
+            <td>{fmt_time(u.created_at)}</td>
+            <td><span class=format!("badge status-{state}")>{state}</span></td>
+            <td class="row-actions">{actions}</td>
+        </tr>
     }
 }
 

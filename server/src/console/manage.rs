@@ -1,4 +1,4 @@
-//! The admins' changes: destinations (status, create, rotate secret), incoming
+//! The admins' changes: destinations (status, rotate secret), incoming
 //! webhooks (status, create), spaces, channels, bots, API keys and users. Secrets
 //! handed out here are shown once; only hashes are kept (the destination's signing
 //! secret is kept, as it signs every request).
@@ -9,14 +9,10 @@ use app::types::*;
 use super::{internal, parse_id, storage_error, views, Backend};
 use crate::auth;
 use crate::clock::now_ms;
-use crate::dispatch::{retry::RetryPolicy, signing};
 use crate::domain::*;
 use crate::storage::StorageError;
 
-/// How long the old secret keeps signing after a rotation (as in the REST API).
-const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
-
-fn invalid(msg: impl Into<String>) -> ConsoleError {
+pub(super) fn invalid(msg: impl Into<String>) -> ConsoleError {
     ConsoleError::Invalid(msg.into())
 }
 
@@ -44,99 +40,6 @@ fn capitalise(s: &str) -> String {
     c.next()
         .map(|f| f.to_uppercase().chain(c).collect())
         .unwrap_or_default()
-}
-
-/// Checks the console's destination form and makes the destination.
-pub fn destination_from_form(f: &NewDestination, now: UnixMs) -> Result<Destination, ConsoleError> {
-    let space_id: SpaceId = parse_id(&f.space, "space")?;
-    let url = f.url.trim();
-    let parsed = url::Url::parse(url).map_err(|_| invalid(format!("{url:?} is not a URL.")))?;
-    if !matches!(parsed.scheme(), "http" | "https")
-        || parsed.host_str().is_none_or(str::is_empty)
-        || url.len() > 2048
-    {
-        return Err(invalid(
-            "The URL must be http(s)://host/…, at most 2048 characters.",
-        ));
-    }
-    let types: Vec<String> = f
-        .event_types
-        .split([',', ' ', '\n'])
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(str::to_owned)
-        .collect();
-    for t in &types {
-        let ok = t == "*"
-            || (t.len() <= 100
-                && t.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')));
-        if !ok {
-            return Err(invalid(format!(
-                "{t:?} is not an event type: use A-Z a-z 0-9 . _ : -"
-            )));
-        }
-    }
-    if types.len() > 100 {
-        return Err(invalid("At most 100 event types."));
-    }
-    let number = |v: &str, what: &str| -> Result<Option<i64>, ConsoleError> {
-        match v.trim() {
-            "" => Ok(None),
-            v => v
-                .parse()
-                .map(Some)
-                .map_err(|_| invalid(format!("{what} must be a number."))),
-        }
-    };
-    let max_attempts = number(&f.max_attempts, "Max attempts")?;
-    let timeout = number(&f.timeout_seconds, "The timeout")?.unwrap_or(30);
-    if !(1..=60).contains(&timeout) {
-        return Err(invalid("The timeout must be 1 to 60 seconds."));
-    }
-    let preset = if f.preset.trim().is_empty() {
-        "partyflow"
-    } else {
-        f.preset.trim()
-    };
-    let policy = RetryPolicy::parse(Some(&serde_json::json!({ "preset": preset })), max_attempts)
-        .map_err(|e| invalid(format!("Retry policy: {e}.")))?;
-    let rate_limit =
-        match number(&f.rate_count, "The rate limit")? {
-            None => None,
-            Some(n) if (1..=1_000_000).contains(&n) => Some(RateLimit {
-                count: n as u32,
-                period: f.rate_period.trim().parse().map_err(|_| {
-                    invalid("The rate limit period must be second, minute or hour.")
-                })?,
-            }),
-            Some(_) => return Err(invalid("The rate limit must be 1 to 1000000.")),
-        };
-    let description = f.description.trim();
-    if description.chars().count() > 1000 {
-        return Err(invalid("The description may have at most 1000 characters."));
-    }
-    Ok(Destination {
-        id: DestinationId::new(),
-        space_id,
-        url: parsed.to_string(),
-        description: description.to_owned(),
-        event_types: (!types.is_empty()).then_some(types),
-        secret: signing::new_secret(),
-        previous_secret: None,
-        previous_secret_expires_at: None,
-        rate_limit,
-        max_attempts: i64::from(policy.max_attempts),
-        timeout_seconds: timeout,
-        retry_policy: policy.to_json(),
-        transformation: None,
-        status: DestinationStatus::Active,
-        consecutive_dead_letters: 0,
-        skipped_events: 0,
-        disabled_reason: None,
-        created_at: now,
-        updated_at: now,
-    })
 }
 
 impl Backend {
@@ -180,21 +83,6 @@ impl Backend {
         }
     }
 
-    pub(super) async fn new_destination(&self, f: &NewDestination) -> Result<Notice, ConsoleError> {
-        let d = destination_from_form(f, now_ms())?;
-        self.storage
-            .get_space(d.space_id)
-            .await
-            .map_err(|e| storage_error(e, "space"))?;
-        self.storage
-            .create_destination(&d)
-            .await
-            .map_err(|e| storage_error(e, "destination"))?;
-        Ok(Notice::new(format!("Created the destination {}.", d.url))
-            .with_secret("Signing secret", d.secret.clone())
-            .with_link("Open it", format!("/destinations/{}", d.id)))
-    }
-
     pub(super) async fn rotate(&self, id: &str) -> Result<Notice, ConsoleError> {
         let id: DestinationId = parse_id(id, "destination")?;
         let mut d = self
@@ -202,10 +90,7 @@ impl Backend {
             .get_destination_by_id(id)
             .await
             .map_err(|e| storage_error(e, "destination"))?;
-        let now = now_ms();
-        d.previous_secret = Some(std::mem::replace(&mut d.secret, signing::new_secret()));
-        d.previous_secret_expires_at = Some(now + ROTATION_OVERLAP_MS);
-        d.updated_at = now;
+        crate::destinations::rotate_secret(&mut d, now_ms());
         self.storage
             .update_destination(&d)
             .await
@@ -467,45 +352,5 @@ impl Backend {
             user.email,
             user.role.as_str()
         )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn form(url: &str) -> NewDestination {
-        NewDestination {
-            space: SpaceId::new().to_string(),
-            url: url.into(),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn the_destination_form_is_checked_and_filled_from_the_preset() {
-        let d = destination_from_form(&form("https://example.com/hook"), 1).unwrap();
-        assert_eq!(d.max_attempts, 8);
-        assert_eq!(d.timeout_seconds, 30);
-        assert!(d.event_types.is_none());
-        assert!(d.secret.starts_with("whsec_"));
-
-        let mut f = form("https://example.com/hook");
-        f.preset = "standard".into();
-        f.event_types = "message.created, channel.created".into();
-        f.rate_count = "50".into();
-        f.rate_period = "minute".into();
-        let d = destination_from_form(&f, 1).unwrap();
-        assert_eq!(d.max_attempts, 6);
-        assert_eq!(d.event_types.unwrap().len(), 2);
-        assert_eq!(d.rate_limit.unwrap().period, RatePeriod::Minute);
-
-        assert!(destination_from_form(&form("ftp://example.com"), 1).is_err());
-        let mut f = form("https://example.com");
-        f.max_attempts = "21".into();
-        assert!(destination_from_form(&f, 1).is_err());
-        let mut f = form("https://example.com");
-        f.event_types = "bad type!".into();
-        assert!(destination_from_form(&f, 1).is_err());
     }
 }

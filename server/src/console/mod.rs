@@ -8,7 +8,9 @@
 //! - [`read`]: what every role may read (deliveries, destinations, notifications, …);
 //! - [`overview`]: the charts' numbers;
 //! - [`bulk`]: Send again and Cancel, one or many, in chunks;
-//! - [`manage`]: the admins' changes (destinations, incoming webhooks, spaces, keys, users).
+//! - [`manage`]: the admins' changes (destinations, incoming webhooks, spaces, keys, users);
+//! - [`settings`]: the destination form (create and edit) and test events;
+//! - [`users`]: disabling, enabling and deleting users, which ends their sessions.
 
 use std::sync::Arc;
 
@@ -31,6 +33,8 @@ mod manage;
 mod overview;
 mod read;
 pub mod sessions;
+mod settings;
+mod users;
 mod views;
 
 /// Failed sign-ins allowed per email within [`LOGIN_WINDOW_MS`].
@@ -43,6 +47,8 @@ pub struct Backend {
     /// Wakes the dispatch engine after the console writes deliveries (resend, re-enable).
     wake: Arc<tokio::sync::Notify>,
     config: Arc<crate::config::Config>,
+    /// The session store, to end a user's sessions when the user is disabled or deleted.
+    sessions: sessions::AnyStore,
 }
 
 impl Backend {
@@ -50,11 +56,13 @@ impl Backend {
         storage: Arc<dyn Storage>,
         wake: Arc<tokio::sync::Notify>,
         config: Arc<crate::config::Config>,
+        sessions: sessions::AnyStore,
     ) -> Self {
         Self {
             storage,
             wake,
             config,
+            sessions,
         }
     }
 }
@@ -176,15 +184,24 @@ impl ConsoleBackend for Backend {
         email: &str,
         password: &str,
     ) -> Result<SessionUser, ConsoleError> {
-        if !self.needs_setup().await? {
+        let set_up_already = || {
             tracing::warn!("refused first-run setup: users exist");
-            return Err(ConsoleError::Invalid(
-                "The console is set up already; sign in instead.".into(),
-            ));
+            ConsoleError::Invalid("The console is set up already; sign in instead.".into())
+        };
+        // A cheap early answer; the insert below is what decides.
+        if !self.needs_setup().await? {
+            return Err(set_up_already());
         }
-        let user = crate::admin::create_user(self.storage.as_ref(), email, password, Role::Admin)
+        let user =
+            crate::admin::new_user(email, password, Role::Admin).map_err(manage::user_error)?;
+        if !self
+            .storage
+            .create_first_user(&user)
             .await
-            .map_err(manage::user_error)?;
+            .map_err(internal)?
+        {
+            return Err(set_up_already());
+        }
         Ok(session_user(&user))
     }
 
@@ -321,7 +338,7 @@ impl ConsoleBackend for Backend {
     async fn create_destination(
         &self,
         actor: &SessionUser,
-        form: &NewDestination,
+        form: &DestinationForm,
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_destination(form).await
@@ -439,6 +456,44 @@ impl ConsoleBackend for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         self.new_user(email, password, role).await
+    }
+
+    async fn destination_edit(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+    ) -> Result<DestinationEdit, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.edit_form(id).await
+    }
+
+    async fn update_destination(
+        &self,
+        actor: &SessionUser,
+        form: &DestinationForm,
+    ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.change_destination(actor, form).await
+    }
+
+    async fn send_test_event(&self, actor: &SessionUser, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.test_event(actor, id).await
+    }
+
+    async fn set_user_disabled(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+        disabled: bool,
+    ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.user_disabled(actor, id, disabled).await
+    }
+
+    async fn delete_user(&self, actor: &SessionUser, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        self.user_delete(actor, id).await
     }
 }
 

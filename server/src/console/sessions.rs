@@ -1,75 +1,142 @@
 //! Console sessions in the same database as everything else, so a restart keeps
 //! people signed in and several instances share them.
+//!
+//! Beside tower-sessions' own table, the store keeps an index of which session is
+//! signed in as which user (`console_sessions`), written whenever a signed-in session
+//! is created (sign-in renews the session ID, so every sign-in creates one) or saved
+//! (with its new expiry), and removed when it is deleted. [`AnyStore::end_sessions_of`] uses it to end a user's
+//! sessions when the user is disabled or deleted.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
 use tower_sessions_sqlx_store::{PostgresStore, SqliteStore};
 
+use crate::clock::now_ms;
+use crate::domain::UserId;
 use crate::storage::{postgres::PostgresStorage, sqlite::SqliteStorage, Storage};
 
 /// The tower-sessions store for whichever backend is in use.
 #[derive(Debug, Clone)]
-pub enum AnyStore {
+enum Inner {
     Sqlite(SqliteStore),
     Postgres(PostgresStore),
 }
 
+/// The console's session store: tower-sessions' sqlx store of the backend in use,
+/// plus the index of sessions per user.
+#[derive(Debug, Clone)]
+pub struct AnyStore {
+    inner: Inner,
+    storage: Arc<dyn Storage>,
+}
+
+fn store_error(e: impl std::fmt::Display) -> session_store::Error {
+    session_store::Error::Backend(e.to_string())
+}
+
 impl AnyStore {
     /// Opens a session store on the pool of the storage and creates its table.
-    pub async fn for_storage(storage: &dyn Storage) -> anyhow::Result<Self> {
+    pub async fn for_storage(storage: Arc<dyn Storage>) -> anyhow::Result<Self> {
         let any = storage.as_any();
-        let store = if let Some(s) = any.downcast_ref::<SqliteStorage>() {
-            AnyStore::Sqlite(SqliteStore::new(s.pool().clone()))
+        let inner = if let Some(s) = any.downcast_ref::<SqliteStorage>() {
+            Inner::Sqlite(SqliteStore::new(s.pool().clone()))
         } else if let Some(s) = any.downcast_ref::<PostgresStorage>() {
-            AnyStore::Postgres(PostgresStore::new(s.pool().clone()))
+            Inner::Postgres(PostgresStore::new(s.pool().clone()))
         } else {
             anyhow::bail!("no session store for the {:?} backend", storage.backend());
         };
-        match &store {
-            AnyStore::Sqlite(s) => s.migrate().await?,
-            AnyStore::Postgres(s) => s.migrate().await?,
+        match &inner {
+            Inner::Sqlite(s) => s.migrate().await?,
+            Inner::Postgres(s) => s.migrate().await?,
         }
-        Ok(store)
+        Ok(AnyStore { inner, storage })
     }
 
     /// Deletes expired sessions every `period`, until the task is dropped.
     pub async fn delete_expired_every(self, period: std::time::Duration) {
         use tower_sessions::ExpiredDeletion as _;
-        let _ = match self {
-            AnyStore::Sqlite(s) => s.continuously_delete_expired(period).await,
-            AnyStore::Postgres(s) => s.continuously_delete_expired(period).await,
+        let _ = match self.inner {
+            Inner::Sqlite(s) => s.continuously_delete_expired(period).await,
+            Inner::Postgres(s) => s.continuously_delete_expired(period).await,
         };
+    }
+
+    /// Ends every session signed in as `user`; returns how many there were.
+    pub async fn end_sessions_of(&self, user: UserId) -> session_store::Result<usize> {
+        let ids = self
+            .storage
+            .user_sessions(user)
+            .await
+            .map_err(store_error)?;
+        self.end_sessions(&ids).await?;
+        Ok(ids.len())
+    }
+
+    /// Ends the sessions with these IDs (from [`Storage::user_sessions`]).
+    pub async fn end_sessions(&self, ids: &[String]) -> session_store::Result<()> {
+        for id in ids {
+            // A malformed ID cannot name a session; forget the index row alone.
+            match id.parse::<Id>() {
+                Ok(id) => self.delete(&id).await?,
+                Err(_) => self.storage.forget_session(id).await.map_err(store_error)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Indexes a session that is signed in (it holds the user's ID).
+    async fn index(&self, record: &Record) -> session_store::Result<()> {
+        let user = record
+            .data
+            .get(app::port::SESSION_USER_KEY)
+            .and_then(|v| v.as_str())
+            .and_then(|s| s.parse::<UserId>().ok());
+        let Some(user) = user else { return Ok(()) };
+        let expires_at = (record.expiry_date.unix_timestamp_nanos() / 1_000_000) as i64;
+        self.storage
+            .remember_session(&record.id.to_string(), user, expires_at, now_ms())
+            .await
+            .map_err(store_error)
     }
 }
 
 #[async_trait]
 impl SessionStore for AnyStore {
     async fn create(&self, record: &mut Record) -> session_store::Result<()> {
-        match self {
-            AnyStore::Sqlite(s) => s.create(record).await,
-            AnyStore::Postgres(s) => s.create(record).await,
+        match &self.inner {
+            Inner::Sqlite(s) => s.create(record).await?,
+            Inner::Postgres(s) => s.create(record).await?,
         }
+        self.index(record).await
     }
 
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        match self {
-            AnyStore::Sqlite(s) => s.save(record).await,
-            AnyStore::Postgres(s) => s.save(record).await,
+        match &self.inner {
+            Inner::Sqlite(s) => s.save(record).await?,
+            Inner::Postgres(s) => s.save(record).await?,
         }
+        // A save may move the expiry on; the index must not forget the session earlier.
+        self.index(record).await
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        match self {
-            AnyStore::Sqlite(s) => s.load(id).await,
-            AnyStore::Postgres(s) => s.load(id).await,
+        match &self.inner {
+            Inner::Sqlite(s) => s.load(id).await,
+            Inner::Postgres(s) => s.load(id).await,
         }
     }
 
     async fn delete(&self, id: &Id) -> session_store::Result<()> {
-        match self {
-            AnyStore::Sqlite(s) => s.delete(id).await,
-            AnyStore::Postgres(s) => s.delete(id).await,
+        match &self.inner {
+            Inner::Sqlite(s) => s.delete(id).await?,
+            Inner::Postgres(s) => s.delete(id).await?,
         }
+        self.storage
+            .forget_session(&id.to_string())
+            .await
+            .map_err(store_error)
     }
 }

@@ -65,11 +65,53 @@ impl Default for Settings {
     }
 }
 
+/// Destinations known to have deliveries due now: a publish just fanned out to them,
+/// or an attempt to them just ended (a slot freed). The engine claims for these by
+/// name ([`Storage::claim_for`]), which costs the same whatever else waits in the queue;
+/// the full, time-ordered scan runs only when woken without names, on a timer, and
+/// when the next delivery falls due.
+#[derive(Default)]
+pub struct Hints {
+    due: Mutex<(
+        std::collections::VecDeque<DestinationId>,
+        std::collections::HashSet<DestinationId>,
+    )>,
+    notify: Notify,
+}
+
+impl Hints {
+    /// These destinations have work due now.
+    pub fn due_now(&self, destinations: impl IntoIterator<Item = DestinationId>) {
+        let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        let (queue, known) = &mut *due;
+        for d in destinations {
+            if known.insert(d) {
+                queue.push_back(d);
+            }
+        }
+        drop(due);
+        self.notify.notify_one();
+    }
+
+    /// Up to `max` hinted destinations, oldest hint first.
+    fn take(&self, max: usize) -> Vec<DestinationId> {
+        let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        let (queue, known) = &mut *due;
+        let n = max.min(queue.len());
+        let taken: Vec<_> = queue.drain(..n).collect();
+        for d in &taken {
+            known.remove(d);
+        }
+        taken
+    }
+}
+
 pub struct Engine {
     storage: Arc<dyn Storage>,
     client: reqwest::Client,
     network: Arc<ssrf::NetworkPolicy>,
     wake: Arc<Notify>,
+    hints: Arc<Hints>,
     settings: Settings,
     /// Compiled transformations by program text.
     transforms: Mutex<HashMap<String, transform::Transform>>,
@@ -77,8 +119,6 @@ pub struct Engine {
     plans: Mutex<HashMap<SpaceId, (Plan, UnixMs)>>,
     /// Retries in flight in this process.
     retries_in_flight: Arc<std::sync::atomic::AtomicI64>,
-    /// Signalled whenever an attempt ends, so a claim blocked by in-flight caps retries then.
-    slot_freed: Notify,
     /// Finished attempts on their way to the database, committed in groups.
     finisher: tokio::sync::mpsc::Sender<FinishRequest>,
     finish_queue: Mutex<Option<tokio::sync::mpsc::Receiver<FinishRequest>>>,
@@ -118,19 +158,25 @@ impl Engine {
             client,
             network,
             wake: Arc::new(Notify::new()),
+            hints: Arc::default(),
             settings,
             transforms: Mutex::new(HashMap::new()),
             plans: Mutex::new(HashMap::new()),
             retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
-            slot_freed: Notify::new(),
             finisher,
             finish_queue: Mutex::new(Some(finish_queue)),
         })
     }
 
-    /// Call after writing new deliveries so they go out without waiting for a poll.
+    /// Call after writing or releasing deliveries so they go out without waiting for a
+    /// poll (a full look at the queue).
     pub fn waker(&self) -> Arc<Notify> {
         self.wake.clone()
+    }
+
+    /// Name the destinations that just got deliveries: cheaper than [`Engine::waker`].
+    pub fn hints(&self) -> Arc<Hints> {
+        self.hints.clone()
     }
 
     /// Runs until `shutdown`; then stops claiming, lets in-flight attempts finish for
@@ -146,6 +192,8 @@ impl Engine {
             .map(|queue| tokio::spawn(self.clone().commit_finished(queue)));
         let cut_short = CancellationToken::new();
         let mut last_recovery = 0_i64;
+        // Whether the next claim scans the whole queue (else: only hinted destinations).
+        let mut rescan = true;
         tracing::info!(
             concurrency = self.settings.concurrency,
             "dispatch engine started"
@@ -172,11 +220,22 @@ impl Engine {
                 per_destination: self.settings.per_destination_in_flight,
                 retries: (retry_capacity - self.retries_in_flight.load(Ordering::Relaxed)).max(0),
             };
-            match self
-                .storage
-                .claim(now, free.min(256) as i64, margin, &limits)
-                .await
-            {
+            let want = free.min(256);
+            let targets = self.hints.take(want);
+            let claimed = if !targets.is_empty() {
+                self.storage
+                    .claim_for(&targets, now, want as i64, margin, &limits)
+                    .await
+            } else if rescan {
+                let claimed = self.storage.claim(now, want as i64, margin, &limits).await;
+                // A full batch may have left more behind: look again straight away.
+                rescan = matches!(&claimed, Ok(batch) if batch.len() == want);
+                claimed
+            } else {
+                rescan = self.idle(&shutdown).await;
+                continue;
+            };
+            match claimed {
                 Ok(batch) if !batch.is_empty() => {
                     let batch = self.within_plan_limits(batch).await;
                     for delivery in batch {
@@ -192,8 +251,9 @@ impl Engine {
                         });
                     }
                 }
-                Ok(_) => self.idle(&shutdown).await,
+                Ok(_) => {}
                 Err(e) => {
+                    rescan = true;
                     tracing::error!(error = %e, "claiming due deliveries failed");
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
@@ -279,29 +339,30 @@ impl Engine {
         }
     }
 
-    /// Sleeps until the next delivery is due, a wake-up, or shutdown. When deliveries are
-    /// due but none could be claimed (their destinations are at their in-flight cap), waits
-    /// for an attempt to end instead of asking the database again at once.
-    async fn idle(&self, shutdown: &CancellationToken) {
+    /// Sleeps until the next delivery is due, a wake-up, a hint, or shutdown. When
+    /// deliveries are due but none could be claimed (their destinations are at their
+    /// in-flight cap), the attempts ending will hint their destinations; the full scan
+    /// then waits a little instead of asking the database again at once.
+    /// Returns whether the next claim should scan the whole queue.
+    async fn idle(&self, shutdown: &CancellationToken) -> bool {
         let poll = self.settings.idle_poll;
         let now = now_ms();
-        let (sleep, blocked) = match self.storage.next_due_at().await {
-            Ok(Some(at)) if at <= now => (poll.min(Duration::from_millis(100)), true),
-            Ok(Some(at)) => (
-                Duration::from_millis((at - now).clamp(0, poll.as_millis() as i64) as u64),
-                false,
-            ),
-            Ok(None) => (poll, false),
+        let sleep = match self.storage.next_due_at().await {
+            Ok(Some(at)) if at <= now => poll.min(Duration::from_millis(100)),
+            Ok(Some(at)) => {
+                Duration::from_millis((at - now).clamp(0, poll.as_millis() as i64) as u64)
+            }
+            Ok(None) => poll,
             Err(e) => {
                 tracing::error!(error = %e, "reading the next due time failed");
-                (poll, false)
+                poll
             }
         };
         tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = self.wake.notified() => {}
-            _ = self.slot_freed.notified(), if blocked => {}
-            _ = tokio::time::sleep(sleep) => {}
+            _ = shutdown.cancelled() => true,
+            _ = self.wake.notified() => true,
+            _ = self.hints.notify.notified() => false,
+            _ = tokio::time::sleep(sleep) => true,
         }
     }
 
@@ -351,7 +412,8 @@ impl Engine {
         if let Err(e) = self.try_deliver(&d, &cut_short).await {
             tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
         }
-        self.slot_freed.notify_one();
+        // A slot to this destination is free: its next due delivery can go.
+        self.hints.due_now([d.destination_id]);
     }
 
     async fn try_deliver(

@@ -60,6 +60,12 @@ impl ApiError {
     }
 }
 
+impl From<crate::destinations::SettingsError> for ApiError {
+    fn from(err: crate::destinations::SettingsError) -> Self {
+        ApiError::invalid(err.code, err.message)
+    }
+}
+
 impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
         match err {

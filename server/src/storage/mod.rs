@@ -12,6 +12,7 @@ use crate::domain::*;
 
 #[macro_use]
 mod shared;
+pub mod group_commit;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
@@ -103,6 +104,8 @@ pub enum Published {
         event_id: EventId,
         deliveries: i64,
         skipped: i64,
+        /// The destinations the new deliveries go to (for the engine's wake-up).
+        destinations: Vec<DestinationId>,
     },
     /// The idempotency key was seen before: nothing was written; this was the first answer.
     /// `request_hash` lets the caller refuse a key reused for a different request.
@@ -273,6 +276,15 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// subscribes to its type, in one transaction; counts the inactive ones it skipped.
     /// With an idempotency key seen before, writes nothing and returns the first answer.
     async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published>;
+
+    /// [`Storage::publish_event`] for several events in one transaction (one commit, one
+    /// fsync): each event in its own savepoint, so one that fails leaves the others
+    /// written. The outer error is for the commit; the inner ones are per event.
+    async fn publish_events(
+        &self,
+        batch: &[NewEvent],
+        now: UnixMs,
+    ) -> Result<Vec<Result<Published>>>;
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event>;
     async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>>;
 
@@ -310,6 +322,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// every instance's claims) and at most `limits.retries` deliveries that are retries.
     async fn claim(
         &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>>;
+
+    /// [`Storage::claim`] for the named destinations only: each one's earliest due
+    /// deliveries, up to its free in-flight slots, without looking at the rest of the
+    /// queue. The engine calls it for destinations it knows have work (a publish just
+    /// fanned out to them, an attempt to them just ended); its cost does not grow with
+    /// the backlog of other destinations.
+    async fn claim_for(
+        &self,
+        destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
@@ -527,6 +553,50 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn count_failed_unresent(&self, destination_id: DestinationId) -> Result<i64>;
     /// Events recorded by [`Storage::take_rate_slot`] under `key` within the window, without taking one.
     async fn count_rate_events(&self, key: &str, window_ms: i64, now: UnixMs) -> Result<i64>;
+
+    // Console: first run, user management, sessions per user, test events (issue 7).
+    /// Creates `user` only if no user exists, in one transaction that two concurrent
+    /// first-run setups cannot both pass; false when a user exists already.
+    async fn create_first_user(&self, user: &User) -> Result<bool>;
+    /// Disables a user (`Some(now)`) or enables one (`None`). Never disables the last
+    /// active admin; disabling a disabled user changes nothing and is `Done`.
+    async fn set_user_disabled(
+        &self,
+        id: UserId,
+        disabled_at: Option<UnixMs>,
+    ) -> Result<UserChange>;
+    /// Deletes a user (and its session index), never the last active admin.
+    async fn delete_user(&self, id: UserId) -> Result<UserChange>;
+    /// Records that the console session `session_id` is signed in as `user_id` (until
+    /// `expires_at`), so the user's sessions can be ended; forgets expired records.
+    async fn remember_session(
+        &self,
+        session_id: &str,
+        user_id: UserId,
+        expires_at: UnixMs,
+        now: UnixMs,
+    ) -> Result<()>;
+    async fn forget_session(&self, session_id: &str) -> Result<()>;
+    /// The IDs of the console sessions signed in as `user_id`.
+    async fn user_sessions(&self, user_id: UserId) -> Result<Vec<String>>;
+    /// Stores `event` with one delivery, to `destination_id` only (whatever its event
+    /// types), in one transaction; `Conflict` when that destination is not active in
+    /// the event's space. The delivery goes out through the engine like any other.
+    async fn publish_test_event(
+        &self,
+        event: &Event,
+        destination_id: DestinationId,
+        now: UnixMs,
+    ) -> Result<DeliveryId>;
+}
+
+/// What became of a change to a console user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserChange {
+    Done,
+    NotFound,
+    /// Refused: the user is the last active admin.
+    LastAdmin,
 }
 
 /// Opens the database named by `url` (`sqlite://…` or `postgres://…`).

@@ -7,7 +7,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use super::{
     rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
     FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
-    Result, Slot, StorageError,
+    Result, Slot, StorageError, UserChange,
 };
 use crate::domain::*;
 
@@ -39,6 +39,42 @@ impl PostgresStorage {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// PostgreSQL has row locks and many writers: no gate.
+    pub(super) async fn gate(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        None
+    }
+
+    /// Claims from every instance take turns, so the per-destination in-flight count
+    /// they read is exact; a claim takes milliseconds.
+    pub(super) async fn lock_claims(
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    ) -> sqlx::Result<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(CLAIM_LOCK)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// Serializes changes to `users` that depend on the other users (the first admin,
+    /// the last admin): under READ COMMITTED two of them could each see the other's
+    /// row as it was and both pass. Reads and sign-ins are not blocked.
+    pub(super) async fn lock_users(
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    ) -> Result<()> {
+        sqlx::query("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn begin_write(
+        &self,
+        pool: &PgPool,
+    ) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
+        pool.begin().await
+    }
 }
 
 impl_storage!(PostgresStorage, sqlx::Postgres, {
@@ -58,13 +94,8 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
         let mut tx = self.pool.begin().await?;
-        // Claims from every instance take turns, so the per-destination in-flight count
-        // they read is exact; a claim takes milliseconds.
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(CLAIM_LOCK)
-            .execute(&mut *tx)
-            .await?;
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql())
+        Self::lock_claims(&mut tx).await?;
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql(""))
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)

@@ -31,21 +31,28 @@ pub(super) const USER: &str = "id, email, password_hash, role, created_at, disab
 pub(super) const NOTIFICATION: &str =
     "id, space_id, kind, subject_kind, subject_id, message, created_at, read_at";
 
+/// A condition on the user `$1`: it is not an admin, or another admin is still active.
+pub(super) const NOT_LAST_ADMIN: &str = "(role <> 'admin' OR EXISTS (SELECT 1 FROM users o \
+    WHERE o.role = 'admin' AND o.disabled_at IS NULL AND o.id <> $1))";
+
 /// How many of the earliest due deliveries a claim looks at to find ones it may take.
 pub(super) const CLAIM_SCAN: i64 = 5000;
 
 /// The claim, shared by both backends: the earliest due deliveries, at most
 /// `$4` in flight per destination (counting what is already `sending`, on every
 /// instance), at most `$5` of them retries, moved to `sending` under a lease.
-/// `$1` now, `$2` limit, `$3` lease margin.
-pub(super) fn claim_sql() -> String {
+/// `$1` now, `$2` limit, `$3` lease margin. Destinations already at their cap are
+/// left out while scanning, so their backlog never hides other destinations' work;
+/// `due_index` names the index to scan where the planner needs telling (SQLite).
+pub(super) fn claim_sql(due_index: &str) -> String {
     format!(
-        "WITH due AS ( \
-           SELECT id, destination_id, status, next_attempt_at FROM deliveries \
-           WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
-           ORDER BY next_attempt_at, id LIMIT {CLAIM_SCAN} \
-         ), busy AS ( \
+        "WITH busy AS ( \
            SELECT destination_id, COUNT(*) AS n FROM deliveries WHERE status = 'sending' GROUP BY destination_id \
+         ), due AS ( \
+           SELECT id, destination_id, status, next_attempt_at FROM deliveries {due_index} \
+           WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
+             AND destination_id NOT IN (SELECT destination_id FROM busy WHERE n >= $4) \
+           ORDER BY next_attempt_at, id LIMIT {CLAIM_SCAN} \
          ), ranked AS ( \
            SELECT due.id, due.status, due.next_attempt_at, \
              ROW_NUMBER() OVER (PARTITION BY due.destination_id ORDER BY due.next_attempt_at, due.id) \
@@ -108,51 +115,10 @@ macro_rules! impl_storage {
                     }
                 }
 
-                // A prefilter in SQL (event types are JSON text; `_` in a LIKE pattern may match
-                // too much, never too little), the exact match in `subscribes_to` below.
-                let sql = format!(
-                    "SELECT {} FROM destinations WHERE space_id = $1 \
-                     AND (event_types IS NULL OR event_types LIKE $2 OR event_types LIKE '%\"*\"%')",
-                    shared::DESTINATION
-                );
-                let destinations: Vec<Destination> = rows::convert_all(
-                    sqlx::query_as::<_, rows::DestinationRow>(&sql)
-                        .bind(&space)
-                        .bind(format!("%\"{}\"%", e.event_type))
-                        .fetch_all(&mut **tx)
-                        .await?,
-                )?;
-                let (active, inactive): (Vec<_>, Vec<_>) = destinations
-                    .iter()
-                    .filter(|d| d.subscribes_to(&e.event_type))
-                    .partition(|d| d.status == DestinationStatus::Active);
-
-                for chunk in active.chunks(shared::FAN_OUT_CHUNK) {
-                    let mut insert = sqlx::QueryBuilder::<$db>::new(
-                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
-                         attempts, next_attempt_at, created_at, updated_at) ",
-                    );
-                    insert.push_values(chunk, |mut row, d| {
-                        row.push_bind(DeliveryId::new().to_string())
-                            .push_bind(&space)
-                            .push_bind(e.id.to_string())
-                            .push_bind(d.id.to_string())
-                            .push_bind(&e.event_type)
-                            .push_bind(DeliveryStatus::Pending.as_str())
-                            .push_bind(0_i64)
-                            .push_bind(now)
-                            .push_bind(now)
-                            .push_bind(now);
-                    });
-                    insert.build().execute(&mut **tx).await?;
-                }
-                // D5: an inactive destination is not caught up later; it only counts what it missed.
-                for d in &inactive {
-                    sqlx::query("UPDATE destinations SET skipped_events = skipped_events + 1 WHERE id = $1")
-                        .bind(d.id.to_string())
-                        .execute(&mut **tx)
-                        .await?;
-                }
+                let (active, inactive) = Self::subscribers(tx, &space, &e.event_type).await?;
+                let targets: Vec<(&Event, DestinationId)> = active.iter().map(|d| (e, *d)).collect();
+                Self::insert_deliveries(tx, &targets, now).await?;
+                Self::count_skipped(tx, inactive.iter().map(|d| (*d, 1))).await?;
                 let deliveries = active.len() as i64;
                 if let Some(key) = &new.idempotency_key {
                     sqlx::query("UPDATE idempotency_keys SET deliveries = $1 WHERE space_id = $2 AND key = $3")
@@ -162,7 +128,134 @@ macro_rules! impl_storage {
                         .execute(&mut **tx)
                         .await?;
                 }
-                Ok(Some(Published::Created { event_id: e.id, deliveries, skipped: inactive.len() as i64 }))
+                Ok(Some(Published::Created {
+                    event_id: e.id,
+                    deliveries,
+                    skipped: inactive.len() as i64,
+                    destinations: active,
+                }))
+            }
+
+            /// The active and the inactive destinations of `space` subscribed to `event_type`.
+            async fn subscribers(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                space: &str,
+                event_type: &str,
+            ) -> Result<(Vec<DestinationId>, Vec<DestinationId>)> {
+                // A prefilter in SQL (event types are JSON text; `_` in a LIKE pattern may match
+                // too much, never too little), the exact match in `subscribes_to` below.
+                let sql = format!(
+                    "SELECT {} FROM destinations WHERE space_id = $1 \
+                     AND (event_types IS NULL OR event_types LIKE $2 OR event_types LIKE '%\"*\"%')",
+                    shared::DESTINATION
+                );
+                let destinations: Vec<Destination> = rows::convert_all(
+                    sqlx::query_as::<_, rows::DestinationRow>(&sql)
+                        .bind(space)
+                        .bind(format!("%\"{}\"%", event_type))
+                        .fetch_all(&mut **tx)
+                        .await?,
+                )?;
+                let (active, inactive): (Vec<_>, Vec<_>) = destinations
+                    .iter()
+                    .filter(|d| d.subscribes_to(event_type))
+                    .partition(|d| d.status == DestinationStatus::Active);
+                Ok((active.iter().map(|d| d.id).collect(), inactive.iter().map(|d| d.id).collect()))
+            }
+
+            /// One pending delivery per (event, destination), due now, in multi-row INSERTs.
+            async fn insert_deliveries(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                targets: &[(&Event, DestinationId)],
+                now: UnixMs,
+            ) -> Result<()> {
+                for chunk in targets.chunks(shared::FAN_OUT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                         attempts, next_attempt_at, created_at, updated_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, (e, d)| {
+                        row.push_bind(DeliveryId::new().to_string())
+                            .push_bind(e.space_id.to_string())
+                            .push_bind(e.id.to_string())
+                            .push_bind(d.to_string())
+                            .push_bind(&e.event_type)
+                            .push_bind(DeliveryStatus::Pending.as_str())
+                            .push_bind(0_i64)
+                            .push_bind(now)
+                            .push_bind(now)
+                            .push_bind(now);
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// D5: an inactive destination is not caught up later; it only counts what it missed.
+            async fn count_skipped(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                skipped: impl Iterator<Item = (DestinationId, i64)>,
+            ) -> Result<()> {
+                for (d, n) in skipped {
+                    sqlx::query("UPDATE destinations SET skipped_events = skipped_events + $1 WHERE id = $2")
+                        .bind(n)
+                        .bind(d.to_string())
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                Ok(())
+            }
+
+            /// Events without an idempotency key, all at once: one INSERT for the events, one
+            /// look-up per (space, type), one INSERT for all their deliveries.
+            async fn publish_plain_in(
+                tx: &mut sqlx::Transaction<'static, $db>,
+                events: &[&NewEvent],
+                now: UnixMs,
+            ) -> Result<Vec<Published>> {
+                for chunk in events.chunks(shared::FAN_OUT_CHUNK) {
+                    let mut insert = sqlx::QueryBuilder::<$db>::new(
+                        "INSERT INTO events (id, space_id, event_type, payload, created_at) ",
+                    );
+                    insert.push_values(chunk, |mut row, new| {
+                        let e = &new.event;
+                        row.push_bind(e.id.to_string())
+                            .push_bind(e.space_id.to_string())
+                            .push_bind(&e.event_type)
+                            .push_bind(e.payload.to_string())
+                            .push_bind(e.created_at);
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                let mut subscribed: std::collections::HashMap<(SpaceId, &str), (Vec<DestinationId>, Vec<DestinationId>)> =
+                    std::collections::HashMap::new();
+                for new in events {
+                    let e = &new.event;
+                    if !subscribed.contains_key(&(e.space_id, e.event_type.as_str())) {
+                        let found = Self::subscribers(tx, &e.space_id.to_string(), &e.event_type).await?;
+                        subscribed.insert((e.space_id, e.event_type.as_str()), found);
+                    }
+                }
+                let mut targets = Vec::new();
+                let mut skipped: std::collections::HashMap<DestinationId, i64> = std::collections::HashMap::new();
+                let mut answers = Vec::with_capacity(events.len());
+                for new in events {
+                    let e = &new.event;
+                    let (active, inactive) = &subscribed[&(e.space_id, e.event_type.as_str())];
+                    targets.extend(active.iter().map(|d| (e, *d)));
+                    for d in inactive {
+                        *skipped.entry(*d).or_default() += 1;
+                    }
+                    answers.push(Published::Created {
+                        event_id: e.id,
+                        deliveries: active.len() as i64,
+                        skipped: inactive.len() as i64,
+                        destinations: active.clone(),
+                    });
+                }
+                Self::insert_deliveries(tx, &targets, now).await?;
+                Self::count_skipped(tx, skipped.into_iter()).await?;
+                Ok(answers)
             }
 
             /// One finished attempt and its consequences, inside `tx`.
@@ -379,7 +472,85 @@ macro_rules! impl_storage {
                 Ok(())
             }
 
+            async fn claim_for(
+                &self,
+                destinations: &[DestinationId],
+                now: UnixMs,
+                limit: i64,
+                lease_margin_ms: i64,
+                limits: &ClaimLimits,
+            ) -> Result<Vec<Delivery>> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
+                Self::lock_claims(&mut tx).await?;
+                let mut claimed: Vec<Delivery> = Vec::new();
+                let mut retries_left = limits.retries;
+                for destination in destinations {
+                    let room = limit - claimed.len() as i64;
+                    if room <= 0 {
+                        break;
+                    }
+                    let destination = destination.to_string();
+                    let busy: i64 = sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM deliveries WHERE destination_id = $1 AND status = 'sending'",
+                    )
+                    .bind(&destination)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let free = (limits.per_destination - busy).min(room);
+                    if free <= 0 {
+                        continue;
+                    }
+                    let due: Vec<(String, String)> = sqlx::query_as(
+                        "SELECT id, status FROM deliveries \
+                         WHERE destination_id = $1 AND status IN ('pending', 'retrying') AND paused = FALSE \
+                           AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
+                         ORDER BY next_attempt_at, id LIMIT $4",
+                    )
+                    .bind(&destination)
+                    .bind(now)
+                    .bind(retries_left > 0)
+                    .bind(free)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                    let mut take = Vec::with_capacity(due.len());
+                    for (id, status) in due {
+                        if status == "retrying" {
+                            if retries_left <= 0 {
+                                continue;
+                            }
+                            retries_left -= 1;
+                        }
+                        take.push(id);
+                    }
+                    if take.is_empty() {
+                        continue;
+                    }
+                    let mut update = sqlx::QueryBuilder::<$db>::new("UPDATE deliveries SET status = 'sending', updated_at = ");
+                    update
+                        .push_bind(now)
+                        .push(", lease_expires_at = ")
+                        .push_bind(now + lease_margin_ms)
+                        .push(" + 1000 * (SELECT timeout_seconds FROM destinations t WHERE t.id = deliveries.destination_id)")
+                        .push(" WHERE status IN ('pending', 'retrying') AND id IN (");
+                    let mut ids = update.separated(", ");
+                    for id in &take {
+                        ids.push_bind(id);
+                    }
+                    update.push(format!(") RETURNING {}", shared::DELIVERY));
+                    let rows = update
+                        .build_query_as::<rows::DeliveryRow>()
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    claimed.extend(rows::convert_all(rows)?);
+                }
+                tx.commit().await?;
+                claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
+                Ok(claimed)
+            }
+
             async fn create_space(&self, s: &Space) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query("INSERT INTO spaces (id, name, plan, created_at) VALUES ($1, $2, $3, $4)")
                     .bind(s.id.to_string())
                     .bind(&s.name)
@@ -406,6 +577,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_api_key(&self, k: &ApiKey, key_hash: &str) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO api_keys (id, space_id, name, prefix, key_hash, created_at) \
                      VALUES ($1, $2, $3, $4, $5, $6)",
@@ -449,6 +621,7 @@ macro_rules! impl_storage {
             }
 
             async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query(
                     "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL",
                 )
@@ -464,6 +637,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_channel(&self, c: &Channel) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query("INSERT INTO channels (id, space_id, name, created_at) VALUES ($1, $2, $3, $4)")
                     .bind(c.id.to_string())
                     .bind(c.space_id.to_string())
@@ -532,7 +706,8 @@ macro_rules! impl_storage {
             }
 
             async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 match Self::publish_in(&mut tx, new, now).await? {
                     Some(published) => {
                         tx.commit().await?;
@@ -546,8 +721,63 @@ macro_rules! impl_storage {
                 }
             }
 
+            async fn publish_events(&self, batch: &[NewEvent], now: UnixMs) -> Result<Vec<Result<Published>>> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                // `None`: the idempotency key was taken (read the first answer after the commit).
+                let mut outcomes: Vec<Option<Result<Option<Published>>>> = (0..batch.len()).map(|_| None).collect();
+                // Events without a key all together; if that fails, one by one below, so only
+                // the event at fault fails.
+                let plain: Vec<usize> = (0..batch.len()).filter(|&i| batch[i].idempotency_key.is_none()).collect();
+                if plain.len() > 1 {
+                    sqlx::query("SAVEPOINT publish_all").execute(&mut *tx).await?;
+                    let events: Vec<&NewEvent> = plain.iter().map(|&i| &batch[i]).collect();
+                    match Self::publish_plain_in(&mut tx, &events, now).await {
+                        Ok(answers) => {
+                            sqlx::query("RELEASE SAVEPOINT publish_all").execute(&mut *tx).await?;
+                            for (&i, answer) in plain.iter().zip(answers) {
+                                outcomes[i] = Some(Ok(Some(answer)));
+                            }
+                        }
+                        Err(_) => {
+                            sqlx::query("ROLLBACK TO SAVEPOINT publish_all").execute(&mut *tx).await?;
+                            sqlx::query("RELEASE SAVEPOINT publish_all").execute(&mut *tx).await?;
+                        }
+                    }
+                }
+                for (new, outcome) in batch.iter().zip(outcomes.iter_mut()) {
+                    if outcome.is_some() {
+                        continue;
+                    }
+                    sqlx::query("SAVEPOINT publish").execute(&mut *tx).await?;
+                    let result = Self::publish_in(&mut tx, new, now).await;
+                    if matches!(result, Ok(Some(_))) {
+                        sqlx::query("RELEASE SAVEPOINT publish").execute(&mut *tx).await?;
+                    } else {
+                        sqlx::query("ROLLBACK TO SAVEPOINT publish").execute(&mut *tx).await?;
+                        sqlx::query("RELEASE SAVEPOINT publish").execute(&mut *tx).await?;
+                    }
+                    *outcome = Some(result);
+                }
+                tx.commit().await?;
+                drop(_gate);
+                let mut answers = Vec::with_capacity(batch.len());
+                for (new, outcome) in batch.iter().zip(outcomes) {
+                    answers.push(match outcome.expect("every event was written or refused") {
+                        Ok(Some(published)) => Ok(published),
+                        Ok(None) => {
+                            let key = new.idempotency_key.as_deref().unwrap_or_default();
+                            self.first_answer(new.event.space_id, key).await
+                        }
+                        Err(e) => Err(e),
+                    });
+                }
+                Ok(answers)
+            }
+
             async fn post_message(&self, m: &Message, event: &NewEvent, now: UnixMs) -> Result<Published> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 sqlx::query(
                     "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, source_id, created_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -586,6 +816,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_destination(&self, d: &Destination) -> Result<()> {
+                let _gate = self.gate().await;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -648,6 +879,7 @@ macro_rules! impl_storage {
             }
 
             async fn update_destination(&self, d: &Destination) -> Result<()> {
+                let _gate = self.gate().await;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -682,6 +914,7 @@ macro_rules! impl_storage {
             }
 
             async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
                     .bind(id.to_string())
                     .bind(space_id.to_string())
@@ -701,7 +934,8 @@ macro_rules! impl_storage {
                 reason: Option<&str>,
                 now: UnixMs,
             ) -> Result<Destination> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let done = sqlx::query(
                     "UPDATE destinations SET status = $1, disabled_reason = $2, updated_at = $3, \
                      consecutive_dead_letters = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_dead_letters END \
@@ -774,14 +1008,16 @@ macro_rules! impl_storage {
             }
 
             async fn finish_attempt(&self, f: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 let effects = Self::finish_in(&mut tx, f, rule, now).await?;
                 tx.commit().await?;
                 Ok(effects)
             }
 
             async fn finish_attempts(&self, batch: &[FinishedAttempt], rule: &AutoDisable, now: UnixMs) -> Result<Vec<FinishEffects>> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 let mut effects = Vec::with_capacity(batch.len());
                 for f in batch {
                     effects.push(Self::finish_in(&mut tx, f, rule, now).await?);
@@ -791,6 +1027,7 @@ macro_rules! impl_storage {
             }
 
             async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
                      lease_expires_at = NULL, paused = $1, next_attempt_at = $2, updated_at = $2 \
@@ -805,7 +1042,8 @@ macro_rules! impl_storage {
             }
 
             async fn cancel_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
                     // Only a waiting delivery can be cancelled; a worker's claim moved it to
@@ -842,7 +1080,8 @@ macro_rules! impl_storage {
             }
 
             async fn resend_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 // Write first, so SQLite takes its write lock before the reads below (a read-then-write
                 // transaction fails at once with "database is locked" if another writer came in between).
                 sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
@@ -887,7 +1126,8 @@ macro_rules! impl_storage {
                 limit: i64,
                 now: UnixMs,
             ) -> Result<ResendFailed> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 // Take the write lock first (SQLite), then pick the batch.
                 sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
                     .bind(space_id.to_string())
@@ -922,7 +1162,8 @@ macro_rules! impl_storage {
             }
 
             async fn take_rate_slots(&self, key: &str, wanted: i64, limit: i64, window_ms: i64, now: UnixMs) -> Result<(i64, i64)> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
                 // concurrent callers on every instance count one after another.
                 sqlx::query(
@@ -964,7 +1205,8 @@ macro_rules! impl_storage {
             }
 
             async fn record_incoming_result(&self, id: IncomingWebhookId, success: bool, disable_after: i64, now: UnixMs) -> Result<IncomingEffects> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 if success {
                     sqlx::query(
                         "UPDATE incoming_webhooks SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0",
@@ -1017,6 +1259,7 @@ macro_rules! impl_storage {
                 status: IncomingWebhookStatus,
                 now: UnixMs,
             ) -> Result<IncomingWebhook> {
+                let _gate = self.gate().await;
                 let done = sqlx::query(
                     "UPDATE incoming_webhooks SET status = $1, updated_at = $2, \
                        consecutive_failures = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_failures END, \
@@ -1036,7 +1279,8 @@ macro_rules! impl_storage {
             }
 
             async fn remember_incoming_message(&self, id: IncomingWebhookId, message_id: &str, now: UnixMs) -> Result<bool> {
-                let mut tx = self.pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let fresh = sqlx::query(
                     "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
                      ON CONFLICT (webhook_id, message_id) DO NOTHING",
@@ -1059,6 +1303,7 @@ macro_rules! impl_storage {
             }
 
             async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("DELETE FROM incoming_webhooks WHERE id = $1 AND space_id = $2")
                     .bind(id.to_string())
                     .bind(space_id.to_string())
@@ -1071,6 +1316,7 @@ macro_rules! impl_storage {
             }
 
             async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("UPDATE bots SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL")
                     .bind(now)
                     .bind(id.to_string())
@@ -1093,7 +1339,8 @@ macro_rules! impl_storage {
             }
 
             async fn defer_rate_limited(&self, id: DeliveryId, scope: RateScope, until: UnixMs, now: UnixMs) -> Result<()> {
-                let mut tx = self.engine_pool.begin().await?;
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.engine_pool).await?;
                 sqlx::query(
                     "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
                      lease_expires_at = NULL, next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
@@ -1175,6 +1422,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_incoming_webhook(&self, w: &IncomingWebhook) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO incoming_webhooks (id, space_id, channel_id, name, token_hash, signing_secret, status, \
                      consecutive_failures, created_at, updated_at, disabled_at) \
@@ -1229,6 +1477,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_bot(&self, b: &Bot) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO bots (id, space_id, name, token_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
                 )
@@ -1268,6 +1517,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_user(&self, u: &User) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO users (id, email, password_hash, role, created_at, disabled_at) VALUES ($1, $2, $3, $4, $5, $6)",
                 )
@@ -1312,6 +1562,7 @@ macro_rules! impl_storage {
             }
 
             async fn create_notification(&self, n: &Notification) -> Result<()> {
+                let _gate = self.gate().await;
                 sqlx::query(
                     "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at, read_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -1363,6 +1614,7 @@ macro_rules! impl_storage {
             }
 
             async fn mark_space_notification_read(&self, space_id: SpaceId, id: NotificationId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query(
                     "UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2 AND space_id = $3",
                 )
@@ -1385,6 +1637,7 @@ macro_rules! impl_storage {
             }
 
             async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
                 let done = sqlx::query("UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2")
                     .bind(now)
                     .bind(id.to_string())
@@ -1528,6 +1781,166 @@ macro_rules! impl_storage {
                     .fetch_one(&self.pool)
                     .await?;
                 Ok(n)
+            }
+
+            async fn create_first_user(&self, u: &User) -> Result<bool> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                <$backend>::lock_users(&mut tx).await?;
+                let done = sqlx::query(
+                    "INSERT INTO users (id, email, password_hash, role, created_at, disabled_at) \
+                     SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS (SELECT 1 FROM users)",
+                )
+                .bind(u.id.to_string())
+                .bind(&u.email)
+                .bind(&u.password_hash)
+                .bind(u.role.as_str())
+                .bind(u.created_at)
+                .bind(u.disabled_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn set_user_disabled(&self, id: UserId, disabled_at: Option<UnixMs>) -> Result<UserChange> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                <$backend>::lock_users(&mut tx).await?;
+                let done = match disabled_at {
+                    None => sqlx::query("UPDATE users SET disabled_at = NULL WHERE id = $1")
+                        .bind(id.to_string())
+                        .execute(&mut *tx)
+                        .await?,
+                    Some(at) => sqlx::query(&format!(
+                        "UPDATE users SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL AND {}",
+                        shared::NOT_LAST_ADMIN
+                    ))
+                    .bind(id.to_string())
+                    .bind(at)
+                    .execute(&mut *tx)
+                    .await?,
+                };
+                let change = if done.rows_affected() == 1 {
+                    UserChange::Done
+                } else {
+                    Self::why_unchanged(&mut tx, id).await?
+                };
+                tx.commit().await?;
+                Ok(change)
+            }
+
+            async fn delete_user(&self, id: UserId) -> Result<UserChange> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                <$backend>::lock_users(&mut tx).await?;
+                let done = sqlx::query(&format!(
+                    "DELETE FROM users WHERE id = $1 AND (disabled_at IS NOT NULL OR {})",
+                    shared::NOT_LAST_ADMIN
+                ))
+                .bind(id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                let change = if done.rows_affected() == 1 {
+                    UserChange::Done
+                } else {
+                    match Self::why_unchanged(&mut tx, id).await? {
+                        UserChange::Done => UserChange::LastAdmin,
+                        other => other,
+                    }
+                };
+                tx.commit().await?;
+                Ok(change)
+            }
+
+            async fn remember_session(&self, session_id: &str, user_id: UserId, expires_at: UnixMs, now: UnixMs) -> Result<()> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(
+                    "INSERT INTO console_sessions (session_id, user_id, expires_at) VALUES ($1, $2, $3) \
+                     ON CONFLICT (session_id) DO UPDATE SET user_id = excluded.user_id, expires_at = excluded.expires_at",
+                )
+                .bind(session_id)
+                .bind(user_id.to_string())
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn forget_session(&self, session_id: &str) -> Result<()> {
+                let _gate = self.gate().await;
+                sqlx::query("DELETE FROM console_sessions WHERE session_id = $1")
+                    .bind(session_id)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn user_sessions(&self, user_id: UserId) -> Result<Vec<String>> {
+                let rows: Vec<(String,)> =
+                    sqlx::query_as("SELECT session_id FROM console_sessions WHERE user_id = $1")
+                        .bind(user_id.to_string())
+                        .fetch_all(&self.pool)
+                        .await?;
+                Ok(rows.into_iter().map(|(id,)| id).collect())
+            }
+
+            async fn publish_test_event(&self, event: &Event, destination_id: DestinationId, now: UnixMs) -> Result<DeliveryId> {
+                let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
+                sqlx::query(
+                    "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(event.id.to_string())
+                .bind(event.space_id.to_string())
+                .bind(&event.event_type)
+                .bind(event.payload.to_string())
+                .bind(event.created_at)
+                .execute(&mut *tx)
+                .await?;
+                let delivery = DeliveryId::new();
+                let done = sqlx::query(
+                    "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                     attempts, next_attempt_at, created_at, updated_at) \
+                     SELECT $1, space_id, $2, id, $3, 'pending', 0, $4, $4, $4 FROM destinations \
+                     WHERE id = $5 AND space_id = $6 AND status = 'active'",
+                )
+                .bind(delivery.to_string())
+                .bind(event.id.to_string())
+                .bind(&event.event_type)
+                .bind(now)
+                .bind(destination_id.to_string())
+                .bind(event.space_id.to_string())
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() != 1 {
+                    // Rolled back on drop: no event without its delivery.
+                    return Err(StorageError::Conflict("the destination is not active".into()));
+                }
+                tx.commit().await?;
+                Ok(delivery)
+            }
+        }
+
+        impl $backend {
+            /// Why a change to a user touched no row: it does not exist, it was already
+            /// as asked (`Done`), or it is the last active admin.
+            async fn why_unchanged(tx: &mut sqlx::Transaction<'static, $db>, id: UserId) -> Result<UserChange> {
+                let row: Option<(Option<i64>,)> = sqlx::query_as("SELECT disabled_at FROM users WHERE id = $1")
+                    .bind(id.to_string())
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                Ok(match row {
+                    None => UserChange::NotFound,
+                    Some((Some(_),)) => UserChange::Done,
+                    Some((None,)) => UserChange::LastAdmin,
+                })
             }
         }
     };

@@ -13,7 +13,7 @@ use sqlx::sqlite::{
 use super::{
     rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
     FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
-    Result, Slot, StorageError,
+    Result, Slot, StorageError, UserChange,
 };
 use crate::domain::*;
 
@@ -27,6 +27,9 @@ pub struct SqliteStorage {
     /// then come back as lost claims and are sent again; it never loses an accepted
     /// event or delivery, whose commits go through `pool` with `synchronous = FULL`.
     pub(crate) engine_pool: SqlitePool,
+    /// SQLite has one writer. Writers of this process queue here, in order, instead of
+    /// polling SQLite's lock with the busy handler's growing sleeps.
+    write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqliteStorage {
@@ -51,11 +54,45 @@ impl SqliteStorage {
             .max_connections(4)
             .connect_with(options.synchronous(SqliteSynchronous::Normal))
             .await?;
-        Ok(Self { pool, engine_pool })
+        Ok(Self {
+            pool,
+            engine_pool,
+            write_gate: Default::default(),
+        })
+    }
+
+    /// Held for the whole of a write: one writer at a time, first come first served.
+    pub(super) async fn gate(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+        Some(self.write_gate.lock().await)
+    }
+
+    /// Claims need no lock of their own: the gate and `BEGIN IMMEDIATE` make them one at a time.
+    pub(super) async fn lock_claims(
+        _tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    ) -> sqlx::Result<()> {
+        Ok(())
+    }
+
+    /// A write transaction that takes SQLite's write lock at once (`BEGIN IMMEDIATE`),
+    /// so a transaction that reads before it writes never meets a changed snapshot.
+    pub(super) async fn begin_write(
+        &self,
+        pool: &SqlitePool,
+    ) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
+        pool.begin_with("BEGIN IMMEDIATE").await
     }
 
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// Changes to `users` that depend on the other users (the first admin, the last
+    /// admin) need no lock here: SQLite has one writer at a time, and these
+    /// transactions write first.
+    pub(super) async fn lock_users(
+        _tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
+    ) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -76,14 +113,16 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
         // One statement: SQLite has a single writer, so the in-flight count it reads is exact.
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql())
-            .bind(now)
-            .bind(limit)
-            .bind(lease_margin_ms)
-            .bind(limits.per_destination)
-            .bind(limits.retries)
-            .fetch_all(&self.engine_pool)
-            .await?;
+        let _gate = self.gate().await;
+        let rows =
+            sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql("INDEXED BY deliveries_due"))
+                .bind(now)
+                .bind(limit)
+                .bind(lease_margin_ms)
+                .bind(limits.per_destination)
+                .bind(limits.retries)
+                .fetch_all(&self.engine_pool)
+                .await?;
         rows::convert_all(rows)
     }
 

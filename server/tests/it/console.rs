@@ -1,8 +1,13 @@
-//! The console shell over HTTP: the sign-in guard, sign-in, sessions that survive a restart.
+//! The console over HTTP: the sign-in guard, sign-in, sessions that survive a restart;
+//! the admins' changes refused to support staff however they are called; destination
+//! settings, test events, disabling and deleting users; an atomic first-run setup.
+
+use serde_json::json;
 
 use crate::helpers::{browser_like_client, spawn_app};
 use crate::on_both_backends;
 use server::domain::Role;
+use server::storage::UserChange;
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -107,5 +112,344 @@ on_both_backends! {
         assert_eq!(home.status(), 200);
         shutdown.cancel();
         task.await.unwrap().unwrap();
+    }
+}
+
+/// Calls a console server function as the browser's JavaScript would (the answer is
+/// data, not a redirect): `(status, body)`.
+async fn call(
+    client: &reqwest::Client,
+    base: &str,
+    endpoint: &str,
+    form: &[(&str, &str)],
+) -> (u16, String) {
+    let resp = client
+        .post(format!("{base}/api/{endpoint}"))
+        .form(form)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+/// Deletes every user, behind the storage's back (to set up a first run again).
+async fn wipe_users(url: &str) {
+    if url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(url).await.unwrap();
+        sqlx::query("DELETE FROM users")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    } else {
+        let pool = sqlx::PgPool::connect(url).await.unwrap();
+        sqlx::query("DELETE FROM users")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+}
+
+fn pairs<'a>(form: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    form.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// A client signed in as `email`.
+async fn session(base: &str, email: &str) -> reqwest::Client {
+    let client = browser_like_client();
+    let ok = sign_in(&client, base, email, PASSWORD).await;
+    assert_eq!(ok.headers()["location"], "/", "{email} signs in");
+    client
+}
+
+async fn user(db: &crate::helpers::TestDb, email: &str, role: Role) -> server::domain::User {
+    server::admin::create_user(db.storage.as_ref(), email, PASSWORD, role)
+        .await
+        .unwrap()
+}
+
+on_both_backends! {
+    async fn support_staff_are_refused_the_admins_changes_even_when_calling_the_server_directly(db) {
+        let admin = user(&db, "admin@example.com", Role::Admin).await;
+        user(&db, "support@example.com", Role::Support).await;
+        let app = spawn_app(&db).await.with_space().await;
+        let dst = app.destination(json!({"url": "https://example.com/hook"})).await;
+        let dst = dst["id"].as_str().unwrap().to_owned();
+        let base = app.url("");
+        let support = session(&base, "support@example.com").await;
+        let admin_id = admin.id.to_string();
+
+        let calls: Vec<(&str, Vec<(&str, &str)>)> = vec![
+            ("destination_edit", vec![("id", &dst)]),
+            ("update_destination", vec![("id", &dst), ("url", "https://evil.example/x"), ("rate_count", "1"), ("rate_period", "hour")]),
+            ("send_test_event", vec![("id", &dst)]),
+            ("set_user_status", vec![("id", &admin_id), ("status", "disabled")]),
+            ("delete_user", vec![("id", &admin_id)]),
+        ];
+        for (endpoint, form) in &calls {
+            let (status, body) = call(&support, &base, endpoint, form).await;
+            assert!(status >= 400 && body.contains("Forbidden"), "{endpoint}: {status} {body}");
+        }
+        // Nothing changed.
+        let (_, d) = app.get(&format!("/destinations/{dst}")).await;
+        assert_eq!(d["url"], "https://example.com/hook");
+        assert_eq!(d["rateLimit"], serde_json::Value::Null);
+        let (_, events) = app.get("/events").await;
+        assert_eq!(events["data"].as_array().unwrap().len(), 0, "no test event: {events}");
+        let admin = db.storage.get_user(admin.id).await.unwrap();
+        assert!(admin.disabled_at.is_none());
+
+        // Signed out: refused too.
+        let (_, body) = call(&reqwest::Client::new(), &base, "send_test_event", &[("id", &dst)]).await;
+        assert!(body.contains("SignedOut"), "{body}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn an_admin_edits_a_destination_with_the_rest_apis_rules(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let app = spawn_app(&db).await.with_space().await;
+        let dst = app.destination(json!({"url": "https://example.com/a", "maxAttempts": 3})).await;
+        let dst = dst["id"].as_str().unwrap().to_owned();
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+
+        let (status, body) = call(&admin, &base, "destination_edit", &[("id", &dst)]).await;
+        assert_eq!(status, 200, "{body}");
+        let shown: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(shown["form"]["max_attempts"], "3", "{shown}");
+
+        let form = |url: &str, program: &str| -> Vec<(&'static str, String)> {
+            [
+                ("id", dst.as_str()), ("url", url), ("description", "orders"),
+                ("event_types", "order.paid, order.refunded"), ("max_attempts", ""),
+                ("timeout_seconds", "10"), ("preset", "standard"), ("initial_seconds", "2"),
+                ("max_seconds", ""), ("jitter_percent", ""), ("retry_after", ""),
+                ("rate_count", "20"), ("rate_period", "minute"), ("transformation", program),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k, v.to_owned()))
+            .collect()
+        };
+
+        // The REST API's rules, in words: a jq program that does not compile, a bad URL.
+        let (status, body) = call(&admin, &base, "update_destination", &pairs(&form("https://example.com/b", "{id: .id"))).await;
+        assert!(status >= 400, "{status} {body}");
+        assert!(body.contains("Transformation: the jq program does not compile"), "{body}");
+        let (_, body) = call(&admin, &base, "update_destination", &pairs(&form("ftp://example.com/b", ""))).await;
+        assert!(body.contains("URL: the URL must use http or https"), "{body}");
+        let (_, d) = app.get(&format!("/destinations/{dst}")).await;
+        assert_eq!(d["url"], "https://example.com/a", "nothing changed");
+
+        // A good form, posted without JavaScript: back to the page with the result.
+        let good = form("https://example.com/b", "{id: .orderId}");
+        let resp = admin
+            .post(format!("{base}/api/update_destination"))
+            .header("accept", "text/html")
+            .header("referer", format!("{base}/destinations/{dst}/edit"))
+            .form(&pairs(&good))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 302);
+        let location = resp.headers()["location"].to_str().unwrap().to_owned();
+        assert!(location.starts_with(&format!("/destinations/{dst}/edit?flash=")), "{location}");
+
+        let (_, d) = app.get(&format!("/destinations/{dst}")).await;
+        assert_eq!(d["url"], "https://example.com/b");
+        assert_eq!(d["description"], "orders");
+        assert_eq!(d["eventTypes"], json!(["order.paid", "order.refunded"]));
+        assert_eq!(d["rateLimit"], json!({"count": 20, "period": "minute"}));
+        assert_eq!(d["timeoutSeconds"], 10);
+        assert_eq!(d["maxAttempts"], 6, "empty: the standard preset's");
+        assert_eq!(d["retryPolicy"]["preset"], "standard");
+        assert_eq!(d["retryPolicy"]["initialMs"], 2000);
+        assert_eq!(d["transformation"], "{id: .orderId}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn a_test_event_goes_to_one_destination_only_through_the_engine(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let receiver = crate::helpers::Receiver::start().await;
+        let app = spawn_app(&db).await.with_space().await;
+        let chosen = app.destination(json!({"url": receiver.url("/chosen"), "eventTypes": ["order.paid"]})).await;
+        app.destination(json!({"url": receiver.url("/other")})).await;
+        let chosen = chosen["id"].as_str().unwrap().to_owned();
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+
+        let (status, body) = call(&admin, &base, "send_test_event", &[("id", &chosen)]).await;
+        assert_eq!(status, 200, "{body}");
+        let notice: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let link = notice["link"][1].as_str().unwrap().to_owned();
+        let delivery = link.strip_prefix("/deliveries/").unwrap().to_owned();
+        let got = receiver.wait_for(1).await;
+        assert_eq!(got[0].path, "/chosen");
+        let payload: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
+        assert_eq!(payload["type"], "partyflow.test");
+        assert!(!got[0].header("webhook-signature").is_empty(), "signed like any delivery");
+        crate::helpers::eventually(30, || async {
+            let (_, d) = app.get(&format!("/deliveries/{delivery}")).await;
+            (d["status"] == "succeeded").then_some(())
+        })
+        .await;
+        let (_, d) = app.get(&format!("/deliveries/{delivery}")).await;
+        assert_eq!(d["destinationId"], chosen.as_str());
+        assert_eq!(d["eventType"], "partyflow.test");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(receiver.received().len(), 1, "the other destination (every type) got nothing");
+
+        // An inactive destination gets none.
+        app.post(&format!("/destinations/{chosen}/disable"), json!({})).await;
+        let (status, body) = call(&admin, &base, "send_test_event", &[("id", &chosen)]).await;
+        assert!(status >= 400 && body.contains("re-enable it"), "{status} {body}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn a_disabled_user_is_signed_out_everywhere_and_cannot_sign_in(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let ops = user(&db, "ops@example.com", Role::Support).await;
+        let app = spawn_app(&db).await;
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+        let laptop = session(&base, "ops@example.com").await;
+        let phone = session(&base, "ops@example.com").await;
+        assert_eq!(db.storage.user_sessions(ops.id).await.unwrap().len(), 2);
+        assert_eq!(laptop.get(app.url("/")).send().await.unwrap().status(), 200);
+
+        let id = ops.id.to_string();
+        let (status, body) = call(&admin, &base, "set_user_status", &[("id", &id), ("status", "disabled")]).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("their 2 sessions were ended"), "{body}");
+        for c in [&laptop, &phone] {
+            assert!(c.get(app.url("/")).send().await.unwrap().status().is_redirection(), "signed out");
+        }
+        assert!(db.storage.user_sessions(ops.id).await.unwrap().is_empty());
+
+        // The right password gets the same answer as a wrong one.
+        let right = sign_in(&browser_like_client(), &base, "ops@example.com", PASSWORD).await;
+        let wrong = sign_in(&browser_like_client(), &base, "ops@example.com", "not the password").await;
+        let (right, wrong) = (right.headers()["location"].clone(), wrong.headers()["location"].clone());
+        assert!(right.to_str().unwrap().starts_with("/login?error=credentials"), "{right:?}");
+        assert_eq!(right, wrong);
+
+        // Enabled again: a new sign-in works; the ended sessions stay ended.
+        let (status, body) = call(&admin, &base, "set_user_status", &[("id", &id), ("status", "active")]).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(laptop.get(app.url("/")).send().await.unwrap().status().is_redirection());
+        let again = session(&base, "ops@example.com").await;
+        assert_eq!(again.get(app.url("/")).send().await.unwrap().status(), 200);
+
+        // Deleted: signed out, gone.
+        let (status, body) = call(&admin, &base, "delete_user", &[("id", &id)]).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(again.get(app.url("/")).send().await.unwrap().status().is_redirection());
+        assert!(db.storage.find_user_by_email("ops@example.com").await.is_err());
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn an_admin_cannot_disable_or_delete_themselves_or_the_last_admin(db) {
+        let first = user(&db, "first@example.com", Role::Admin).await;
+        let second = user(&db, "second@example.com", Role::Admin).await;
+        let app = spawn_app(&db).await;
+        let base = app.url("");
+        let a = session(&base, "first@example.com").await;
+        let b = session(&base, "second@example.com").await;
+        let (first_id, second_id) = (first.id.to_string(), second.id.to_string());
+
+        for (endpoint, form) in [
+            ("set_user_status", vec![("id", first_id.as_str()), ("status", "disabled")]),
+            ("delete_user", vec![("id", first_id.as_str())]),
+        ] {
+            let (status, body) = call(&a, &base, endpoint, &form).await;
+            assert!(status >= 400 && body.contains("your own account"), "{endpoint}: {status} {body}");
+        }
+
+        // Two admins disabling each other at the same moment: one of them stays.
+        let (off_second, off_first) = (
+            [("id", second_id.as_str()), ("status", "disabled")],
+            [("id", first_id.as_str()), ("status", "disabled")],
+        );
+        let (x, y) = tokio::join!(
+            call(&a, &base, "set_user_status", &off_second),
+            call(&b, &base, "set_user_status", &off_first),
+        );
+        let active = db
+            .storage
+            .list_users()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|u| u.disabled_at.is_none())
+            .count();
+        assert_eq!(active, 1, "{x:?} {y:?}");
+        assert_eq!([x.0, y.0].iter().filter(|s| **s == 200).count(), 1, "{x:?} {y:?}");
+
+        // The storage rule itself: the last active admin is neither disabled nor deleted.
+        let last = db.storage.list_users().await.unwrap().into_iter().find(|u| u.disabled_at.is_none()).unwrap();
+        let now = server::clock::now_ms();
+        assert_eq!(db.storage.set_user_disabled(last.id, Some(now)).await.unwrap(), UserChange::LastAdmin);
+        assert_eq!(db.storage.delete_user(last.id).await.unwrap(), UserChange::LastAdmin);
+        let other = if last.id == first.id { second.id } else { first.id };
+        assert_eq!(db.storage.delete_user(other).await.unwrap(), UserChange::Done, "a disabled admin may go");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn two_first_run_setups_at_once_make_one_admin(db) {
+        let app = spawn_app(&db).await;
+        let base = app.url("");
+        let setup = |email: &'static str| {
+            let base = base.clone();
+            async move {
+                let resp = browser_like_client()
+                    .post(format!("{base}/api/setup"))
+                    .form(&[("email", email), ("password", PASSWORD)])
+                    .send()
+                    .await
+                    .unwrap();
+                (resp.status().as_u16(), resp.text().await.unwrap())
+            }
+        };
+        let (a, b) = tokio::join!(setup("a@example.com"), setup("b@example.com"));
+        assert_eq!(db.storage.count_users().await.unwrap(), 1, "{a:?} {b:?}");
+        let refused = [&a, &b].into_iter().filter(|r| r.1.contains("set up already")).count();
+        assert_eq!(refused, 1, "{a:?} {b:?}");
+
+        // Straight at storage, eight at once with nothing between them, twenty times: one wins.
+        let users: Vec<_> = (0..8)
+            .map(|i| server::admin::new_user(&format!("admin{i}@example.com"), PASSWORD, Role::Admin).unwrap())
+            .collect();
+        for round in 0..20 {
+            wipe_users(&db.url).await;
+            let start = std::sync::Arc::new(tokio::sync::Barrier::new(users.len()));
+            let tries: Vec<_> = users
+                .iter()
+                .cloned()
+                .map(|u| {
+                    let (storage, start) = (db.storage.clone(), start.clone());
+                    tokio::spawn(async move {
+                        start.wait().await;
+                        storage.create_first_user(&u).await.unwrap()
+                    })
+                })
+                .collect();
+            let mut won = 0;
+            for t in tries {
+                won += usize::from(t.await.unwrap());
+            }
+            assert_eq!(won, 1, "round {round}");
+            assert_eq!(db.storage.count_users().await.unwrap(), 1, "round {round}");
+        }
+        app.stop().await;
     }
 }

@@ -1,7 +1,8 @@
 //! SPEC §7, "nothing accepted is ever lost": the real `partyflow serve` process
-//! is killed with SIGKILL in the middle of 1,000 deliveries, a new process starts
-//! on the same database, and every event still reaches the receiver, with few
-//! duplicates (only the attempts that were in flight at the kill).
+//! is killed with SIGKILL five times in the middle of 10,000 deliveries (1,000
+//! events fanned out to 10 destinations), a new process starting on the same
+//! database each time, and every delivery still reaches the receiver, with few
+//! duplicates (only the attempts that were in flight at each kill).
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -18,6 +19,11 @@ use crate::helpers::{eventually, Receiver, Reply};
 use crate::on_both_backends;
 
 const EVENTS: usize = 1_000;
+/// Each event goes to every destination: EVENTS × DESTINATIONS deliveries.
+const DESTINATIONS: usize = 10;
+const DELIVERIES: usize = EVENTS * DESTINATIONS;
+/// Times the server is killed with SIGKILL during the run.
+const KILLS: usize = 5;
 /// Publishers at once.
 const PUBLISHERS: usize = 8;
 /// The engine's default concurrency: the most attempts in flight at the kill.
@@ -145,7 +151,7 @@ async fn publish(
         {
             Ok(resp) if resp.status().as_u16() == 202 => {
                 let answer: serde_json::Value = resp.json().await.unwrap();
-                assert_eq!(answer["deliveries"], 1, "{answer}");
+                assert_eq!(answer["deliveries"], DESTINATIONS, "{answer}");
                 return answer["id"].as_str().unwrap().to_owned();
             }
             Ok(resp) if resp.status().is_server_error() => {}
@@ -165,7 +171,7 @@ async fn publish(
 }
 
 on_both_backends! {
-    async fn a_server_killed_with_sigkill_mid_run_loses_no_delivery_and_repeats_only_what_was_in_flight(db) {
+    async fn a_server_killed_with_sigkill_five_times_during_10000_deliveries_loses_none_and_repeats_only_what_was_in_flight(db) {
         let started = Instant::now();
         let logs = tempfile::tempdir().unwrap();
         let created = server::admin::create_space(db.storage.as_ref(), "Crash", Plan::Enterprise).await.unwrap();
@@ -173,17 +179,19 @@ on_both_backends! {
         let rx = Receiver::start().await;
         rx.set_default(Reply::status(200).body("ok").after(Duration::from_millis(5)));
 
-        let first = Server::start(&db.url, logs.path(), "first").await;
-        let base = Arc::new(RwLock::new(format!("http://{}", first.addr)));
+        let mut server = Server::start(&db.url, logs.path(), "run-0").await;
+        let base = Arc::new(RwLock::new(format!("http://{}", server.addr)));
         let client = reqwest::Client::new();
-        let resp = client
-            .post(format!("http://{}/v1/projects/{space}/destinations", first.addr))
-            .bearer_auth(&key)
-            .json(&json!({"url": rx.url("/crash"), "timeoutSeconds": 2}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 201);
+        for d in 0..DESTINATIONS {
+            let resp = client
+                .post(format!("http://{}/v1/projects/{space}/destinations", server.addr))
+                .bearer_auth(&key)
+                .json(&json!({"url": rx.url(&format!("/crash/{d}")), "timeoutSeconds": 2}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 201);
+        }
 
         let mut publishers = tokio::task::JoinSet::new();
         for p in 0..PUBLISHERS {
@@ -197,15 +205,19 @@ on_both_backends! {
             });
         }
 
-        // Kill while deliveries flow: the receiver has seen some, not all.
-        let seen = eventually(120, || async { Some(rx.received().len()).filter(|n| *n >= 150) }).await;
-        first.kill_9();
-        let seen_at_kill = rx.received().len();
-        assert!(seen_at_kill < EVENTS, "the kill came too late: all {EVENTS} deliveries had arrived");
-        let killed_at = started.elapsed();
-
-        let second = Server::start(&db.url, logs.path(), "second").await;
-        *base.write().unwrap() = format!("http://{}", second.addr);
+        // Kill while deliveries flow, at evenly spaced points of the run: the receiver
+        // has seen some, not all; then start the next process on the same database.
+        let mut kills = Vec::new();
+        for k in 1..=KILLS {
+            let at = k * DELIVERIES / (KILLS + 1);
+            eventually(180, || async { Some(rx.received().len()).filter(|n| *n >= at) }).await;
+            server.kill_9();
+            let seen_at_kill = rx.received().len();
+            assert!(seen_at_kill < DELIVERIES, "kill {k} came too late: all {DELIVERIES} deliveries had arrived");
+            kills.push((started.elapsed(), seen_at_kill));
+            server = Server::start(&db.url, logs.path(), &format!("run-{k}")).await;
+            *base.write().unwrap() = format!("http://{}", server.addr);
+        }
 
         let mut published = HashSet::new();
         while let Some(ids) = publishers.join_next().await {
@@ -215,35 +227,55 @@ on_both_backends! {
 
         // Every delivery ends succeeded (bounded wait).
         let filter = DeliveryFilter { space_id: Some(created.space.id), ..Default::default() };
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(180);
         let deliveries = loop {
-            let all = db.storage.list_deliveries(&filter, Page::first(10 * EVENTS as i64)).await.unwrap();
-            if all.len() == EVENTS && all.iter().all(|d| d.status == DeliveryStatus::Succeeded) {
+            let all = db.storage.list_deliveries(&filter, Page::first(2 * DELIVERIES as i64)).await.unwrap();
+            if all.len() == DELIVERIES && all.iter().all(|d| d.status == DeliveryStatus::Succeeded) {
                 break all;
             }
             let mut by_status = HashMap::new();
             for d in &all {
                 *by_status.entry(d.status.as_str()).or_insert(0) += 1;
             }
-            assert!(Instant::now() < deadline, "not all {EVENTS} deliveries succeeded within 120 s after the restart: {by_status:?}");
+            assert!(Instant::now() < deadline, "not all {DELIVERIES} deliveries succeeded within 180 s after the last restart: {by_status:?}");
             tokio::time::sleep(Duration::from_millis(250)).await;
         };
-        let delivered_events: HashSet<String> = deliveries.iter().map(|d| d.event_id.to_string()).collect();
-        assert_eq!(delivered_events, published, "one delivery per published event, and no other");
-
-        // None missing at the receiver, no strangers, few duplicates.
-        let got = rx.received();
-        let mut times_seen: HashMap<String, usize> = HashMap::new();
-        for r in &got {
-            assert_eq!(r.path, "/crash");
-            *times_seen.entry(r.header("webhook-id")).or_default() += 1;
+        let mut per_event: HashMap<String, HashSet<String>> = HashMap::new();
+        for d in &deliveries {
+            per_event.entry(d.event_id.to_string()).or_default().insert(d.destination_id.to_string());
         }
-        let missing: Vec<_> = published.iter().filter(|id| !times_seen.contains_key(*id)).collect();
-        assert!(missing.is_empty(), "{} events never reached the receiver, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
-        let strangers: Vec<_> = times_seen.keys().filter(|id| !published.contains(*id)).collect();
-        assert!(strangers.is_empty(), "requests for unknown events: {strangers:?}");
+        assert_eq!(per_event.keys().cloned().collect::<HashSet<_>>(), published, "deliveries for the published events, and no other");
+        assert!(per_event.values().all(|d| d.len() == DESTINATIONS), "one delivery per event and destination");
+
+        // None missing at the receiver, no strangers, few duplicates. A delivery is
+        // known at the receiver by its `webhook-id` (the event) and its path (the destination).
+        let got = rx.received();
+        let mut times_seen: HashMap<(String, String), usize> = HashMap::new();
+        for r in &got {
+            assert!(r.path.starts_with("/crash/"), "{}", r.path);
+            *times_seen.entry((r.header("webhook-id"), r.path.clone())).or_default() += 1;
+        }
+        let urls: HashMap<String, String> = db
+            .storage
+            .list_destinations(created.space.id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|d| (d.id.to_string(), url_path(&d.url)))
+            .collect();
+        let expected: HashSet<(String, String)> = deliveries
+            .iter()
+            .map(|d| (d.event_id.to_string(), urls[&d.destination_id.to_string()].clone()))
+            .collect();
+        let missing: Vec<_> = expected.iter().filter(|k| !times_seen.contains_key(*k)).collect();
+        assert!(missing.is_empty(), "{} deliveries never reached the receiver, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+        let strangers: Vec<_> = times_seen.keys().filter(|k| !expected.contains(*k)).collect();
+        assert!(strangers.is_empty(), "requests for unknown deliveries: {strangers:?}");
         let duplicates = got.len() - times_seen.len();
-        assert!(duplicates <= ENGINE_CONCURRENCY, "{duplicates} duplicates: more than the {ENGINE_CONCURRENCY} attempts that can be in flight");
+        assert!(
+            duplicates <= KILLS * ENGINE_CONCURRENCY,
+            "{duplicates} duplicates: more than the {ENGINE_CONCURRENCY} attempts that can be in flight at each of {KILLS} kills"
+        );
 
         // Every request the receiver got is in the attempt log: a repeat is explained
         // by a `lost` attempt (the claim that died with the process), which does not
@@ -253,15 +285,23 @@ on_both_backends! {
             let attempts = db.storage.list_attempts(d.id).await.unwrap();
             let lost_here = attempts.iter().filter(|a| a.error_class == Some(ErrorClass::Lost)).count();
             lost += lost_here;
-            let seen = times_seen[&d.event_id.to_string()];
+            let seen = times_seen[&(d.event_id.to_string(), urls[&d.destination_id.to_string()].clone())];
             assert!(seen <= attempts.len(), "{}: reached the receiver {seen} times, logged {attempts:?}", d.id);
             assert_eq!(d.attempts as usize, attempts.len() - lost_here, "{}: lost attempts are not counted: {attempts:?}", d.id);
         }
         eprintln!(
-            "crash test: killed at {killed_at:?} with {seen_at_kill} requests received ({seen} when the kill was decided); \
-             {lost} lost attempts recovered; {duplicates} duplicates; all {EVENTS} succeeded after {:?}",
+            "crash test: {KILLS} kills at (time, requests received) {kills:?}; {lost} lost attempts recovered; \
+             {duplicates} duplicates; all {DELIVERIES} deliveries succeeded after {:?}",
             started.elapsed()
         );
-        drop(second);
+        drop(server);
     }
+}
+
+/// The path of a destination URL (`http://127.0.0.1:port/crash/3` → `/crash/3`).
+fn url_path(url: &str) -> String {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    after_scheme
+        .find('/')
+        .map_or("/".into(), |i| after_scheme[i..].to_owned())
 }

@@ -118,7 +118,13 @@ on_both_backends! {
         }
         let e = event(s.id, "message.created");
         let published = store.publish_event(&e, NOW).await.unwrap();
-        assert_eq!(published, Published::Created { event_id: e.event.id, deliveries: 2, skipped: 1 });
+        let Published::Created { event_id, deliveries, skipped, mut destinations } = published else {
+            panic!("expected a new event, got {published:?}");
+        };
+        destinations.sort();
+        let mut expected = vec![all.id, matching.id];
+        expected.sort();
+        assert_eq!((event_id, deliveries, skipped, destinations), (e.event.id, 2, 1, expected));
 
         assert_eq!(store.get_event(s.id, e.event.id).await.unwrap(), e.event);
         let deliveries = store
@@ -338,5 +344,54 @@ on_both_backends! {
     async fn migrations_can_run_again_on_a_migrated_database(db) {
         db.storage.migrate().await.unwrap();
         db.storage.ping().await.unwrap();
+    }
+}
+
+on_both_backends! {
+    async fn a_group_of_publishes_commits_together_and_one_failure_spares_the_rest(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        store.create_destination(&destination(s.id, None, DestinationStatus::Active)).await.unwrap();
+        let first = {
+            let mut e = event(s.id, "order.paid");
+            e.idempotency_key = Some("k-1".into());
+            e.request_hash = "h".into();
+            e
+        };
+        // The same key again in the same group: the second is a replay of the first.
+        let duplicate = {
+            let mut e = event(s.id, "order.paid");
+            e.idempotency_key = Some("k-1".into());
+            e.request_hash = "h".into();
+            e
+        };
+        // An event of a space that does not exist breaks a reference: only it fails.
+        let broken = event(SpaceId::new(), "order.paid");
+        let last = event(s.id, "order.shipped");
+        let answers = store
+            .publish_events(&[first.clone(), duplicate, broken.clone(), last.clone()], NOW)
+            .await
+            .unwrap();
+        assert_eq!(answers.len(), 4);
+        let Ok(Published::Created { event_id, deliveries: 1, .. }) = &answers[0] else {
+            panic!("the first must be created: {:?}", answers[0]);
+        };
+        assert_eq!(*event_id, first.event.id);
+        assert!(
+            matches!(&answers[1], Ok(Published::Replayed { event_id, deliveries: 1, .. }) if *event_id == first.event.id),
+            "{:?}",
+            answers[1]
+        );
+        assert!(answers[2].is_err(), "{:?}", answers[2]);
+        assert!(matches!(&answers[3], Ok(Published::Created { deliveries: 1, .. })), "{:?}", answers[3]);
+
+        let events = store.list_events(s.id, Page::first(10)).await.unwrap();
+        let mut ids: Vec<_> = events.iter().map(|e| e.id).collect();
+        ids.sort();
+        let mut expected = vec![first.event.id, last.event.id];
+        expected.sort();
+        assert_eq!(ids, expected);
+        let all = DeliveryFilter { space_id: Some(s.id), ..Default::default() };
+        assert_eq!(store.list_deliveries(&all, Page::first(10)).await.unwrap().len(), 2);
     }
 }

@@ -196,12 +196,10 @@ pub async fn post_message(
         idempotency_key: None,
         request_hash: String::new(),
     };
-    if let Published::Created { deliveries, .. } =
+    if let Published::Created { destinations, .. } =
         state.storage.post_message(&message, &event, now).await?
     {
-        if deliveries > 0 {
-            state.wake.notify_one();
-        }
+        state.hints.due_now(destinations);
     }
     Ok(view)
 }

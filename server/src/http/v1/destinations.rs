@@ -17,14 +17,11 @@ use super::openapi::{
 use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, DestinationView, PageOf};
 use crate::clock::now_ms;
-use crate::dispatch::jq as transform;
-use crate::dispatch::{retry::RetryPolicy, signing};
+use crate::destinations;
+use crate::dispatch::retry::RetryPolicy;
 use crate::domain::*;
 use crate::http::error::ApiError;
 use crate::startup::AppState;
-
-/// How long the old secret keeps signing after a rotation.
-pub const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -130,119 +127,9 @@ struct UpdateBody {
     transformation: Option<Option<String>>,
 }
 
-fn invalid(code: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::invalid(code, message)
-}
-
-/// An event type: 1–100 of `A–Z a–z 0–9 . _ : -`.
+/// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::destinations`]).
 pub fn check_event_type(t: &str) -> Result<(), ApiError> {
-    let ok = !t.is_empty()
-        && t.len() <= 100
-        && t.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-'));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            "invalid_event_type",
-            format!("{t:?} is not an event type: use 1-100 of A-Z a-z 0-9 . _ : -"),
-        ))
-    }
-}
-
-fn check_url(url: &str) -> Result<String, ApiError> {
-    let parsed = url::Url::parse(url)
-        .map_err(|e| invalid("invalid_url", format!("{url:?} is not a URL: {e}")))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(invalid("invalid_url", "the URL must use http or https"));
-    }
-    if parsed.host_str().is_none_or(str::is_empty) {
-        return Err(invalid("invalid_url", "the URL needs a host"));
-    }
-    if url.chars().count() > 2048 {
-        return Err(invalid(
-            "invalid_url",
-            "the URL may have at most 2048 characters",
-        ));
-    }
-    Ok(parsed.to_string())
-}
-
-fn check_event_types(types: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
-    let Some(types) = types else { return Ok(None) };
-    if types.is_empty() || types.len() > 100 {
-        return Err(invalid(
-            "invalid_event_types",
-            "eventTypes needs 1 to 100 entries, or null for every type",
-        ));
-    }
-    for t in &types {
-        if t != "*" {
-            check_event_type(t)?;
-        }
-    }
-    Ok(Some(types))
-}
-
-fn check_rate_limit(r: Option<RateLimit>) -> Result<Option<RateLimit>, ApiError> {
-    match r {
-        Some(r) if r.count == 0 || r.count > 1_000_000 => Err(invalid(
-            "invalid_rate_limit",
-            "rateLimit.count must be between 1 and 1000000",
-        )),
-        other => Ok(other),
-    }
-}
-
-fn check_timeout(t: Option<i64>) -> Result<i64, ApiError> {
-    match t {
-        None => Ok(30),
-        Some(t @ 1..=60) => Ok(t),
-        Some(t) => Err(invalid(
-            "invalid_timeout",
-            format!("timeoutSeconds must be between 1 and 60, not {t}"),
-        )),
-    }
-}
-
-fn check_policy(
-    policy: Option<&Value>,
-    max_attempts: Option<i64>,
-) -> Result<RetryPolicy, ApiError> {
-    RetryPolicy::parse(policy, max_attempts)
-        .map_err(|e| invalid("invalid_retry_policy", e.to_string()))
-}
-
-fn check_transformation(program: Option<String>) -> Result<Option<String>, ApiError> {
-    match program {
-        None => Ok(None),
-        Some(p) if p.trim().is_empty() => Ok(None),
-        Some(p) if p.contains('\0') => Err(invalid(
-            "invalid_transformation",
-            "the program must not contain NUL",
-        )),
-        Some(p) => {
-            transform::compile(&p).map_err(|e| invalid("invalid_transformation", e.to_string()))?;
-            Ok(Some(p))
-        }
-    }
-}
-
-fn check_description(d: Option<String>) -> Result<String, ApiError> {
-    let d = d.unwrap_or_default();
-    if d.chars().count() > 1000 {
-        return Err(invalid(
-            "invalid_description",
-            "description may have at most 1000 characters",
-        ));
-    }
-    if d.contains('\0') {
-        return Err(invalid(
-            "invalid_description",
-            "description must not contain NUL",
-        ));
-    }
-    Ok(d)
+    Ok(destinations::check_event_type(t)?)
 }
 
 pub fn view(d: &Destination) -> DestinationView {
@@ -278,29 +165,17 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<DestinationView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let policy = check_policy(body.retry_policy.as_ref(), body.max_attempts)?;
-    let now = now_ms();
-    let destination = Destination {
-        id: DestinationId::new(),
-        space_id,
-        url: check_url(&body.url)?,
-        description: check_description(body.description)?,
-        event_types: check_event_types(body.event_types)?,
-        secret: signing::new_secret(),
-        previous_secret: None,
-        previous_secret_expires_at: None,
-        rate_limit: check_rate_limit(body.rate_limit)?,
-        max_attempts: i64::from(policy.max_attempts),
-        timeout_seconds: check_timeout(body.timeout_seconds)?,
-        retry_policy: policy.to_json(),
-        transformation: check_transformation(body.transformation)?,
-        status: DestinationStatus::Active,
-        consecutive_dead_letters: 0,
-        skipped_events: 0,
-        disabled_reason: None,
-        created_at: now,
-        updated_at: now,
+    let settings = destinations::NewSettings {
+        url: body.url,
+        description: body.description,
+        event_types: body.event_types,
+        rate_limit: body.rate_limit,
+        max_attempts: body.max_attempts,
+        timeout_seconds: body.timeout_seconds,
+        retry_policy: body.retry_policy,
+        transformation: body.transformation,
     };
+    let destination = destinations::create(space_id, settings, now_ms())?;
     state.storage.create_destination(&destination).await?;
     let mut v = view(&destination);
     v.secret = Some(destination.secret.clone());
@@ -411,35 +286,17 @@ async fn update(
     ApiJson(body): ApiJson<UpdateBody>,
 ) -> Result<Json<DestinationView>, ApiError> {
     let mut d = find(&state, &caller, &project, &id).await?;
-    if let Some(url) = body.url {
-        d.url = check_url(&url)?;
-    }
-    if let Some(desc) = body.description {
-        d.description = check_description(Some(desc))?;
-    }
-    if let Some(types) = body.event_types {
-        d.event_types = check_event_types(types)?;
-    }
-    if let Some(limit) = body.rate_limit {
-        d.rate_limit = check_rate_limit(limit)?;
-    }
-    if let Some(t) = body.timeout_seconds {
-        d.timeout_seconds = check_timeout(Some(t))?;
-    }
-    if body.retry_policy.is_some() || body.max_attempts.is_some() {
-        let current = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)).ok();
-        let policy_json = body.retry_policy.or_else(|| current.map(|p| p.to_json()));
-        let policy = check_policy(
-            policy_json.as_ref(),
-            body.max_attempts.or(Some(d.max_attempts)),
-        )?;
-        d.max_attempts = i64::from(policy.max_attempts);
-        d.retry_policy = policy.to_json();
-    }
-    if let Some(program) = body.transformation {
-        d.transformation = check_transformation(program)?;
-    }
-    d.updated_at = now_ms();
+    let changes = destinations::Changes {
+        url: body.url,
+        description: body.description,
+        event_types: body.event_types,
+        rate_limit: body.rate_limit,
+        max_attempts: body.max_attempts.map(Some),
+        timeout_seconds: body.timeout_seconds,
+        retry_policy: body.retry_policy,
+        transformation: body.transformation,
+    };
+    destinations::apply(&mut d, changes, now_ms())?;
     state.storage.update_destination(&d).await?;
     Ok(Json(view(&d)))
 }
@@ -557,10 +414,7 @@ async fn rotate_secret(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<Json<DestinationView>, ApiError> {
     let mut d = find(&state, &caller, &project, &id).await?;
-    let now = now_ms();
-    d.previous_secret = Some(std::mem::replace(&mut d.secret, signing::new_secret()));
-    d.previous_secret_expires_at = Some(now + ROTATION_OVERLAP_MS);
-    d.updated_at = now;
+    destinations::rotate_secret(&mut d, now_ms());
     state.storage.update_destination(&d).await?;
     let mut v = view(&d);
     v.secret = Some(d.secret.clone());

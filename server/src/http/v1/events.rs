@@ -122,15 +122,14 @@ async fn publish(
         idempotency_key: body.idempotency_key,
         request_hash: request_hash.clone(),
     };
-    match state.storage.publish_event(&new, now).await? {
+    match state.publisher.publish(new).await? {
         Published::Created {
             event_id,
             deliveries,
+            destinations,
             ..
         } => {
-            if deliveries > 0 {
-                state.wake.notify_one();
-            }
+            state.hints.due_now(destinations);
             Ok((
                 StatusCode::ACCEPTED,
                 Json(Published202 {

@@ -1,0 +1,422 @@
+//! The console's destination form, for a new destination and for changes to one,
+//! read into the settings of [`crate::destinations`], whose rules (the REST API's)
+//! decide; and test events sent to one destination.
+//!
+//! Reading a form only turns text into values (numbers, lists, the retry policy's
+//! JSON); a value out of range is refused by the shared rules, and the refusal names
+//! the setting.
+
+use app::error::ConsoleError;
+use app::types::*;
+use serde_json::{json, Map, Value};
+
+use super::manage::invalid;
+use super::{internal, parse_id, storage_error, Backend};
+use crate::clock::now_ms;
+use crate::destinations::{self, Changes, NewSettings, SettingsError};
+use crate::dispatch::retry::RetryPolicy;
+use crate::domain::*;
+use crate::storage::StorageError;
+
+/// The event type of a test event (SPEC names none).
+pub const TEST_EVENT_TYPE: &str = "partyflow.test";
+
+/// A refused setting, in words: "Transformation: the jq program does not compile: …".
+fn refused(e: SettingsError) -> ConsoleError {
+    invalid(format!("{}: {}.", e.setting, e.message))
+}
+
+/// The form's fields as values, before the rules.
+#[derive(Debug)]
+struct Read {
+    url: String,
+    description: String,
+    event_types: Option<Vec<String>>,
+    rate_limit: Option<RateLimit>,
+    max_attempts: Option<i64>,
+    timeout_seconds: Option<i64>,
+    retry_policy: Value,
+    transformation: Option<String>,
+}
+
+fn whole(v: &str, what: &str) -> Result<Option<i64>, ConsoleError> {
+    match v.trim() {
+        "" => Ok(None),
+        v => v
+            .parse()
+            .map(Some)
+            .map_err(|_| invalid(format!("{what} must be a whole number, not {v:?}."))),
+    }
+}
+
+fn decimal(v: &str, what: &str) -> Result<Option<f64>, ConsoleError> {
+    match v.trim() {
+        "" => Ok(None),
+        v => match v.replace(',', ".").parse::<f64>() {
+            Ok(n) if n.is_finite() => Ok(Some(n)),
+            _ => Err(invalid(format!("{what} must be a number, not {v:?}."))),
+        },
+    }
+}
+
+/// JSON for a number: whole numbers as integers (the policy wants whole milliseconds).
+fn number(n: f64) -> Value {
+    if n.fract() == 0.0 && n.abs() < 9e15 {
+        json!(n as i64)
+    } else {
+        json!(n)
+    }
+}
+
+fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
+    let event_types: Vec<String> = f
+        .event_types
+        .split([',', ' ', '\n', '\r', '\t'])
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let rate_limit =
+        match f.rate_count.trim() {
+            "" => None,
+            count => Some(RateLimit {
+                count: count.parse().map_err(|_| {
+                    invalid(format!(
+                        "The rate limit must be a whole number, not {count:?}."
+                    ))
+                })?,
+                period: f.rate_period.trim().parse().map_err(|_| {
+                    invalid("The rate limit's period must be second, minute or hour.")
+                })?,
+            }),
+        };
+    let mut policy = Map::new();
+    let preset = match f.preset.trim() {
+        "" => "partyflow",
+        p => p,
+    };
+    policy.insert("preset".into(), json!(preset));
+    if let Some(s) = decimal(&f.initial_seconds, "The first retry delay")? {
+        policy.insert("initialMs".into(), number((s * 1000.0).round()));
+    }
+    if let Some(s) = decimal(&f.max_seconds, "The longest retry delay")? {
+        policy.insert("maxMs".into(), number((s * 1000.0).round()));
+    }
+    if let Some(p) = decimal(&f.jitter_percent, "The jitter")? {
+        policy.insert("jitter".into(), json!(p / 100.0));
+    }
+    if !f.retry_after.trim().is_empty() {
+        policy.insert("retryAfter".into(), json!(f.retry_after.trim()));
+    }
+    let transformation = f.transformation.trim();
+    Ok(Read {
+        url: f.url.trim().to_owned(),
+        description: f.description.trim().to_owned(),
+        event_types: (!event_types.is_empty()).then_some(event_types),
+        rate_limit,
+        max_attempts: whole(&f.max_attempts, "Max attempts")?,
+        timeout_seconds: whole(&f.timeout_seconds, "The timeout")?,
+        retry_policy: Value::Object(policy),
+        // Kept as typed (line breaks and all), unless it is blank.
+        transformation: (!transformation.is_empty()).then(|| f.transformation.clone()),
+    })
+}
+
+/// A new destination from the form; empty fields take the defaults.
+pub fn new_settings(f: &DestinationForm) -> Result<NewSettings, ConsoleError> {
+    let r = read_form(f)?;
+    Ok(NewSettings {
+        url: r.url,
+        description: Some(r.description),
+        event_types: r.event_types,
+        rate_limit: r.rate_limit,
+        max_attempts: r.max_attempts,
+        timeout_seconds: r.timeout_seconds,
+        retry_policy: Some(r.retry_policy),
+        transformation: r.transformation,
+    })
+}
+
+/// Changes from the edit form, which posts every setting: an empty field means none
+/// (event types: every type), the default (timeout), or the preset's (retry fields).
+pub fn changes(f: &DestinationForm) -> Result<Changes, ConsoleError> {
+    let r = read_form(f)?;
+    Ok(Changes {
+        url: Some(r.url),
+        description: Some(r.description),
+        event_types: Some(r.event_types),
+        rate_limit: Some(r.rate_limit),
+        max_attempts: Some(r.max_attempts),
+        timeout_seconds: Some(r.timeout_seconds.unwrap_or(30)),
+        retry_policy: Some(r.retry_policy),
+        transformation: Some(r.transformation),
+    })
+}
+
+/// `5`, `2.5`: seconds from milliseconds, without trailing zeros.
+fn seconds(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        (ms / 1000).to_string()
+    } else {
+        (ms as f64 / 1000.0).to_string()
+    }
+}
+
+/// The form's values for a destination. The retry fields are filled only where the
+/// destination differs from its preset, so choosing another preset takes its values.
+pub fn form_of(d: &Destination) -> DestinationForm {
+    let mut f = DestinationForm {
+        space: d.space_id.to_string(),
+        id: d.id.to_string(),
+        url: d.url.clone(),
+        description: d.description.clone(),
+        event_types: d.event_types.clone().unwrap_or_default().join(", "),
+        timeout_seconds: d.timeout_seconds.to_string(),
+        preset: "partyflow".into(),
+        rate_count: d
+            .rate_limit
+            .map(|r| r.count.to_string())
+            .unwrap_or_default(),
+        rate_period: d
+            .rate_limit
+            .map_or("second", |r| r.period.as_str())
+            .to_owned(),
+        transformation: d.transformation.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    if let Ok(p) = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {
+        let preset = RetryPolicy::preset(p.preset);
+        f.preset = p.preset.as_str().to_owned();
+        if p.max_attempts != preset.max_attempts {
+            f.max_attempts = p.max_attempts.to_string();
+        }
+        if p.initial_ms != preset.initial_ms {
+            f.initial_seconds = seconds(p.initial_ms);
+        }
+        if p.max_ms != preset.max_ms {
+            f.max_seconds = seconds(p.max_ms);
+        }
+        if p.jitter != preset.jitter {
+            f.jitter_percent = ((p.jitter * 100_000.0).round() / 1000.0).to_string();
+        }
+        if p.retry_after != preset.retry_after {
+            f.retry_after = p.retry_after.as_str().to_owned();
+        }
+    }
+    f
+}
+
+impl Backend {
+    pub(super) async fn new_destination(
+        &self,
+        f: &DestinationForm,
+    ) -> Result<Notice, ConsoleError> {
+        let space_id: SpaceId = parse_id(&f.space, "space")?;
+        let d = destinations::create(space_id, new_settings(f)?, now_ms()).map_err(refused)?;
+        self.storage
+            .get_space(d.space_id)
+            .await
+            .map_err(|e| storage_error(e, "space"))?;
+        self.storage
+            .create_destination(&d)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
+        Ok(Notice::new(format!("Created the destination {}.", d.url))
+            .with_secret("Signing secret", d.secret.clone())
+            .with_link("Open it", format!("/destinations/{}", d.id)))
+    }
+
+    pub(super) async fn edit_form(&self, id: &str) -> Result<DestinationEdit, ConsoleError> {
+        let id: DestinationId = parse_id(id, "destination")?;
+        let d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
+        let space = self.storage.get_space(d.space_id).await.map_err(internal)?;
+        Ok(DestinationEdit {
+            form: form_of(&d),
+            space_name: space.name,
+            status: d.status.as_str().to_owned(),
+        })
+    }
+
+    pub(super) async fn change_destination(
+        &self,
+        actor: &SessionUser,
+        f: &DestinationForm,
+    ) -> Result<Notice, ConsoleError> {
+        let id: DestinationId = parse_id(&f.id, "destination")?;
+        let mut d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
+        destinations::apply(&mut d, changes(f)?, now_ms()).map_err(refused)?;
+        self.storage
+            .update_destination(&d)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
+        tracing::info!(destination.id = %d.id, user.id = %actor.id, "console: destination settings changed");
+        Ok(Notice::new(format!("Saved the settings of {}.", d.url))
+            .with_link("Open the destination", format!("/destinations/{}", d.id)))
+    }
+
+    pub(super) async fn test_event(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+    ) -> Result<Notice, ConsoleError> {
+        let id: DestinationId = parse_id(id, "destination")?;
+        let d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
+        let inactive = || {
+            invalid(format!(
+                "{} is inactive; re-enable it before sending a test event.",
+                d.url
+            ))
+        };
+        if d.status != DestinationStatus::Active {
+            return Err(inactive());
+        }
+        let now = now_ms();
+        let event = Event {
+            id: EventId::new(),
+            space_id: d.space_id,
+            event_type: TEST_EVENT_TYPE.into(),
+            payload: json!({
+                "type": TEST_EVENT_TYPE,
+                "test": true,
+                "destinationId": d.id.to_string(),
+                "message": "A test event sent from the PartyFlow Hooks console.",
+            }),
+            created_at: now,
+        };
+        let delivery = match self.storage.publish_test_event(&event, d.id, now).await {
+            Ok(delivery) => delivery,
+            Err(StorageError::Conflict(_)) => return Err(inactive()),
+            Err(e) => return Err(storage_error(e, "destination")),
+        };
+        self.wake.notify_one();
+        tracing::info!(destination.id = %d.id, delivery.id = %delivery, user.id = %actor.id, "console: test event sent");
+        Ok(Notice::new(format!(
+            "Sent a test event ({TEST_EVENT_TYPE}) to {}.",
+            d.url
+        ))
+        .with_link("Open its delivery", format!("/deliveries/{delivery}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(url: &str) -> DestinationForm {
+        DestinationForm {
+            space: SpaceId::new().to_string(),
+            url: url.into(),
+            ..Default::default()
+        }
+    }
+
+    fn create(f: &DestinationForm) -> Result<Destination, ConsoleError> {
+        destinations::create(SpaceId::new(), new_settings(f)?, 1).map_err(refused)
+    }
+
+    #[test]
+    fn the_form_is_read_and_checked_by_the_shared_rules() {
+        let d = create(&form("https://example.com/hook")).unwrap();
+        assert_eq!((d.max_attempts, d.timeout_seconds), (8, 30));
+        assert!(d.event_types.is_none() && d.rate_limit.is_none());
+
+        let f = DestinationForm {
+            preset: "standard".into(),
+            event_types: "message.created, channel.created".into(),
+            rate_count: "50".into(),
+            rate_period: "minute".into(),
+            initial_seconds: "2.5".into(),
+            jitter_percent: "10".into(),
+            transformation: "{id: .id}".into(),
+            ..form("https://example.com/hook")
+        };
+        let d = create(&f).unwrap();
+        assert_eq!(d.max_attempts, 6);
+        assert_eq!(d.event_types.as_ref().unwrap().len(), 2);
+        assert_eq!(d.rate_limit.unwrap().period, RatePeriod::Minute);
+        assert_eq!(d.retry_policy["initialMs"], 2500);
+        assert_eq!(d.retry_policy["jitter"], 0.1);
+        assert_eq!(d.transformation.as_deref(), Some("{id: .id}"));
+
+        let refusal = |f: DestinationForm| match create(&f) {
+            Err(ConsoleError::Invalid(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(refusal(form("ftp://example.com")).starts_with("URL: "));
+        let m = refusal(DestinationForm {
+            max_attempts: "21".into(),
+            ..form("https://example.com")
+        });
+        assert!(m.starts_with("Retry policy: "), "{m}");
+        let m = refusal(DestinationForm {
+            event_types: "bad type!".into(),
+            ..form("https://example.com")
+        });
+        assert!(m.starts_with("Event types: "), "{m}");
+        let m = refusal(DestinationForm {
+            transformation: "{a: .x".into(),
+            ..form("https://example.com")
+        });
+        assert!(
+            m.starts_with("Transformation: the jq program does not compile"),
+            "{m}"
+        );
+        let m = refusal(DestinationForm {
+            rate_count: "lots".into(),
+            ..form("https://example.com")
+        });
+        assert!(m.contains("whole number"), "{m}");
+    }
+
+    #[test]
+    fn the_edit_form_shows_only_what_differs_from_the_preset_and_round_trips() {
+        let f = DestinationForm {
+            max_attempts: "3".into(),
+            max_seconds: "600".into(),
+            rate_count: "7".into(),
+            rate_period: "hour".into(),
+            ..form("https://example.com/hook")
+        };
+        let d = create(&f).unwrap();
+        let shown = form_of(&d);
+        assert_eq!(shown.preset, "partyflow");
+        assert_eq!(shown.max_attempts, "3");
+        assert_eq!(shown.max_seconds, "600");
+        assert_eq!(shown.initial_seconds, "", "the preset's");
+        assert_eq!(shown.jitter_percent, "");
+        assert_eq!(
+            (shown.rate_count.as_str(), shown.rate_period.as_str()),
+            ("7", "hour")
+        );
+
+        // Saving the form unchanged changes nothing.
+        let mut again = d.clone();
+        destinations::apply(&mut again, changes(&shown).unwrap(), 1).unwrap();
+        assert_eq!(again, d);
+
+        // Another preset with the fields emptied takes that preset's values.
+        let switched = DestinationForm {
+            preset: "standard".into(),
+            max_attempts: String::new(),
+            max_seconds: String::new(),
+            rate_count: String::new(),
+            ..shown
+        };
+        destinations::apply(&mut again, changes(&switched).unwrap(), 2).unwrap();
+        assert_eq!(again.max_attempts, 6);
+        assert_eq!(again.retry_policy["initialMs"], 30_000);
+        assert_eq!(again.rate_limit, None);
+    }
+}

@@ -1,0 +1,68 @@
+//! Group commit for publishes: concurrent publishes share one transaction.
+//!
+//! Every accepted event must be on disk before it is answered, and on SQLite a
+//! durable commit is an fsync. One fsync per event caps ingest at the disk's
+//! sync rate; here, while one group is being committed, the publishes that arrive
+//! queue up and go together in the next. There is no added wait: a publish that
+//! finds the queue idle is written at once, alone.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot};
+
+use super::{NewEvent, Published, Result, Storage, StorageError};
+use crate::clock::now_ms;
+
+/// The most events written in one transaction.
+pub const MAX_GROUP: usize = 256;
+
+type Request = (NewEvent, oneshot::Sender<Result<Published>>);
+
+/// A handle to the publishing task; cheap to clone. The task ends when every handle is gone.
+#[derive(Clone)]
+pub struct Publisher {
+    queue: mpsc::Sender<Request>,
+}
+
+impl Publisher {
+    /// Starts the task that writes queued publishes to `storage`.
+    pub fn start(storage: Arc<dyn Storage>) -> Self {
+        let (queue, requests) = mpsc::channel(4 * MAX_GROUP);
+        tokio::spawn(write_groups(storage, requests));
+        Self { queue }
+    }
+
+    /// Writes the event and its deliveries; answers once they are committed.
+    pub async fn publish(&self, new: NewEvent) -> Result<Published> {
+        let (reply, answer) = oneshot::channel();
+        self.queue.send((new, reply)).await.map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+fn stopped() -> StorageError {
+    StorageError::Other(sqlx::Error::PoolClosed)
+}
+
+async fn write_groups(storage: Arc<dyn Storage>, mut requests: mpsc::Receiver<Request>) {
+    let mut group = Vec::with_capacity(MAX_GROUP);
+    while requests.recv_many(&mut group, MAX_GROUP).await > 0 {
+        let (events, replies): (Vec<_>, Vec<_>) = group.drain(..).unzip();
+        match storage.publish_events(&events, now_ms()).await {
+            Ok(answers) => {
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(answer);
+                }
+            }
+            // The commit failed: nothing of the group was written; each gets the error.
+            Err(e) => {
+                let message = e.to_string();
+                for reply in replies {
+                    let _ = reply.send(Err(StorageError::Other(sqlx::Error::Protocol(format!(
+                        "the group commit failed: {message}"
+                    )))));
+                }
+            }
+        }
+    }
+}
