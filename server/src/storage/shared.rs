@@ -142,17 +142,16 @@ macro_rules! impl_storage {
                 space: &str,
                 event_type: &str,
             ) -> Result<(Vec<DestinationId>, Vec<DestinationId>)> {
-                // A prefilter in SQL (event types are JSON text; `_` in a LIKE pattern may match
-                // too much, never too little), the exact match in `subscribes_to` below.
                 let sql = format!(
-                    "SELECT {} FROM destinations WHERE space_id = $1 \
-                     AND (event_types IS NULL OR event_types LIKE $2 OR event_types LIKE '%\"*\"%')",
+                    "SELECT {} FROM destinations WHERE id IN ( \
+                       SELECT destination_id FROM subscriptions \
+                       WHERE space_id = $1 AND event_type IN ($2, '*'))",
                     shared::DESTINATION
                 );
                 let destinations: Vec<Destination> = rows::convert_all(
                     sqlx::query_as::<_, rows::DestinationRow>(&sql)
                         .bind(space)
-                        .bind(format!("%\"{}\"%", event_type))
+                        .bind(event_type)
                         .fetch_all(&mut **tx)
                         .await?,
                 )?;
@@ -161,6 +160,29 @@ macro_rules! impl_storage {
                     .filter(|d| d.subscribes_to(event_type))
                     .partition(|d| d.status == DestinationStatus::Active);
                 Ok((active.iter().map(|d| d.id).collect(), inactive.iter().map(|d| d.id).collect()))
+            }
+
+            /// The destination's rows in `subscriptions`, rewritten from its `event_types`.
+            async fn write_subscriptions(tx: &mut sqlx::Transaction<'static, $db>, d: &Destination) -> Result<()> {
+                sqlx::query("DELETE FROM subscriptions WHERE destination_id = $1")
+                    .bind(d.id.to_string())
+                    .execute(&mut **tx)
+                    .await?;
+                let mut types: Vec<&str> = match &d.event_types {
+                    Some(types) if !types.iter().any(|t| t == "*") => types.iter().map(String::as_str).collect(),
+                    _ => vec!["*"],
+                };
+                types.sort_unstable();
+                types.dedup();
+                for chunk in types.chunks(shared::FAN_OUT_CHUNK) {
+                    let mut insert =
+                        sqlx::QueryBuilder::<$db>::new("INSERT INTO subscriptions (space_id, event_type, destination_id) ");
+                    insert.push_values(chunk, |mut row, t| {
+                        row.push_bind(d.space_id.to_string()).push_bind(*t).push_bind(d.id.to_string());
+                    });
+                    insert.build().execute(&mut **tx).await?;
+                }
+                Ok(())
             }
 
             /// One pending delivery per (event, destination), due now, in multi-row INSERTs.
@@ -817,6 +839,7 @@ macro_rules! impl_storage {
 
             async fn create_destination(&self, d: &Destination) -> Result<()> {
                 let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -848,8 +871,10 @@ macro_rules! impl_storage {
                 .bind(&d.disabled_reason)
                 .bind(d.created_at)
                 .bind(d.updated_at)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
+                Self::write_subscriptions(&mut tx, d).await?;
+                tx.commit().await?;
                 Ok(())
             }
 
@@ -880,6 +905,7 @@ macro_rules! impl_storage {
 
             async fn update_destination(&self, d: &Destination) -> Result<()> {
                 let _gate = self.gate().await;
+                let mut tx = self.begin_write(&self.pool).await?;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -905,11 +931,13 @@ macro_rules! impl_storage {
                 .bind(d.updated_at)
                 .bind(d.id.to_string())
                 .bind(d.space_id.to_string())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
                 if done.rows_affected() == 0 {
                     return Err(StorageError::NotFound);
                 }
+                Self::write_subscriptions(&mut tx, d).await?;
+                tx.commit().await?;
                 Ok(())
             }
 

@@ -395,3 +395,44 @@ on_both_backends! {
         assert_eq!(store.list_deliveries(&all, Page::first(10)).await.unwrap().len(), 2);
     }
 }
+
+on_both_backends! {
+    async fn changing_a_destinations_event_types_changes_what_it_receives(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let mut d = destination(s.id, Some(&["order.paid", "order.paid"]), DestinationStatus::Active);
+        store.create_destination(&d).await.unwrap();
+        let fan_out = |published: Published| match published {
+            Published::Created { destinations, .. } => destinations,
+            other => panic!("expected a new event, got {other:?}"),
+        };
+        assert_eq!(fan_out(store.publish_event(&event(s.id, "order.paid"), NOW).await.unwrap()), vec![d.id]);
+        assert!(fan_out(store.publish_event(&event(s.id, "order.shipped"), NOW).await.unwrap()).is_empty());
+
+        d.event_types = Some(vec!["order.shipped".into()]);
+        store.update_destination(&d).await.unwrap();
+        assert!(fan_out(store.publish_event(&event(s.id, "order.paid"), NOW).await.unwrap()).is_empty());
+        assert_eq!(fan_out(store.publish_event(&event(s.id, "order.shipped"), NOW).await.unwrap()), vec![d.id]);
+
+        // `*` and no filter both take every type; in bulk too.
+        d.event_types = Some(vec!["order.shipped".into(), "*".into()]);
+        store.update_destination(&d).await.unwrap();
+        let every = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&every).await.unwrap();
+        let answers = store
+            .publish_events(&[event(s.id, "anything"), event(s.id, "order.shipped")], NOW)
+            .await
+            .unwrap();
+        for answer in answers {
+            let mut got = fan_out(answer.unwrap());
+            got.sort();
+            let mut want = vec![d.id, every.id];
+            want.sort();
+            assert_eq!(got, want);
+        }
+
+        // A deleted destination receives nothing.
+        store.delete_destination(s.id, every.id).await.unwrap();
+        assert_eq!(fan_out(store.publish_event(&event(s.id, "anything"), NOW).await.unwrap()), vec![d.id]);
+    }
+}
