@@ -40,6 +40,9 @@ impl PostgresStorage {
         &self.pool
     }
 
+    /// PostgreSQL's planner has statistics: no index named.
+    pub(super) const DUE_INDEX: &'static str = "";
+
     /// PostgreSQL has row locks and many writers: no gate.
     pub(super) async fn gate(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         None
@@ -95,7 +98,7 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
     ) -> Result<Vec<Delivery>> {
         let mut tx = self.pool.begin().await?;
         Self::lock_claims(&mut tx).await?;
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql(""))
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql(Self::DUE_INDEX))
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)

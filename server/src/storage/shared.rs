@@ -1012,13 +1012,16 @@ macro_rules! impl_storage {
             }
 
             async fn next_due_at(&self) -> Result<Option<UnixMs>> {
-                let (at,): (Option<i64>,) = sqlx::query_as(
-                    "SELECT MIN(next_attempt_at) FROM deliveries \
-                     WHERE status IN ('pending', 'retrying') AND paused = FALSE",
-                )
-                .fetch_one(&self.engine_pool)
-                .await?;
-                Ok(at)
+                // The first entry of the due index (SQLite, without statistics, would otherwise
+                // walk every waiting delivery through the status index).
+                let sql = format!(
+                    "SELECT next_attempt_at FROM deliveries {} \
+                     WHERE status IN ('pending', 'retrying') AND paused = FALSE \
+                     ORDER BY next_attempt_at LIMIT 1",
+                    Self::DUE_INDEX
+                );
+                let at: Option<Option<i64>> = sqlx::query_scalar(&sql).fetch_optional(&self.engine_pool).await?;
+                Ok(at.flatten())
             }
 
             async fn expired_claims(&self, now: UnixMs, limit: i64) -> Result<Vec<Delivery>> {

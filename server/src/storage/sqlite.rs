@@ -61,6 +61,10 @@ impl SqliteStorage {
         })
     }
 
+    /// The due-queue index, named: without statistics SQLite may pick the status index
+    /// and walk every waiting delivery (a million-row retry backlog: a fifth of a second).
+    pub(super) const DUE_INDEX: &'static str = "INDEXED BY deliveries_due";
+
     /// Held for the whole of a write: one writer at a time, first come first served.
     pub(super) async fn gate(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
         Some(self.write_gate.lock().await)
@@ -114,15 +118,14 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
     ) -> Result<Vec<Delivery>> {
         // One statement: SQLite has a single writer, so the in-flight count it reads is exact.
         let _gate = self.gate().await;
-        let rows =
-            sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql("INDEXED BY deliveries_due"))
-                .bind(now)
-                .bind(limit)
-                .bind(lease_margin_ms)
-                .bind(limits.per_destination)
-                .bind(limits.retries)
-                .fetch_all(&self.engine_pool)
-                .await?;
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql(Self::DUE_INDEX))
+            .bind(now)
+            .bind(limit)
+            .bind(lease_margin_ms)
+            .bind(limits.per_destination)
+            .bind(limits.retries)
+            .fetch_all(&self.engine_pool)
+            .await?;
         rows::convert_all(rows)
     }
 
