@@ -110,6 +110,66 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
         rows::convert_all(rows)
     }
 
+    /// One statement for all the destinations (each one's earliest due deliveries through
+    /// `LATERAL … LIMIT` its free slots): a round trip to the server per destination would
+    /// cost more than the claim itself.
+    async fn claim_for(
+        &self,
+        destinations: &[DestinationId],
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>> {
+        let sql = format!(
+            "WITH targets AS ( \
+               SELECT t.destination_id, t.ord FROM unnest($1::text[]) WITH ORDINALITY AS t(destination_id, ord) \
+             ), busy AS ( \
+               SELECT destination_id, COUNT(*) AS n FROM deliveries \
+               WHERE status = 'sending' AND destination_id = ANY($1::text[]) GROUP BY destination_id \
+             ), due AS ( \
+               SELECT x.id, x.status, x.next_attempt_at, targets.ord FROM targets \
+               LEFT JOIN busy ON busy.destination_id = targets.destination_id \
+               CROSS JOIN LATERAL ( \
+                 SELECT id, status, next_attempt_at FROM deliveries \
+                 WHERE destination_id = targets.destination_id AND status IN ('pending', 'retrying') \
+                   AND paused = FALSE AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
+                 ORDER BY next_attempt_at, id \
+                 LIMIT GREATEST($4 - COALESCE(busy.n, 0), 0) \
+               ) x \
+             ), ranked AS ( \
+               SELECT id, status, next_attempt_at, ord, \
+                 ROW_NUMBER() OVER (PARTITION BY status ORDER BY next_attempt_at, id) AS nth FROM due \
+             ), chosen AS ( \
+               SELECT id FROM ranked WHERE status = 'pending' OR nth <= $5 \
+               ORDER BY ord, next_attempt_at, id LIMIT $6 \
+             ) \
+             UPDATE deliveries SET status = 'sending', updated_at = $2, \
+               lease_expires_at = $2 + $7 + 1000 * (SELECT timeout_seconds FROM destinations d \
+                                                    WHERE d.id = deliveries.destination_id) \
+             WHERE id IN (SELECT id FROM chosen) \
+             RETURNING {}",
+            shared::DELIVERY
+        );
+        let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
+        let mut tx = self.pool.begin().await?;
+        Self::lock_claims(&mut tx).await?;
+        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+            .bind(&ids)
+            .bind(now)
+            .bind(limits.retries > 0)
+            .bind(limits.per_destination)
+            .bind(limits.retries)
+            .bind(limit)
+            .bind(lease_margin_ms)
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let mut claimed: Vec<Delivery> = rows::convert_all(rows)?;
+        claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
+        Ok(claimed)
+    }
+
     async fn migrate(&self) -> Result<()> {
         MIGRATOR
             .run(&self.pool)

@@ -129,6 +129,87 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
         rows::convert_all(rows)
     }
 
+    /// A loop over the destinations: SQLite's statements run in-process, so a few per
+    /// destination cost microseconds.
+    async fn claim_for(
+        &self,
+        destinations: &[DestinationId],
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>> {
+        let _gate = self.gate().await;
+        let mut tx = self.begin_write(&self.engine_pool).await?;
+        Self::lock_claims(&mut tx).await?;
+        let mut claimed: Vec<Delivery> = Vec::new();
+        let mut retries_left = limits.retries;
+        for destination in destinations {
+            let room = limit - claimed.len() as i64;
+            if room <= 0 {
+                break;
+            }
+            let destination = destination.to_string();
+            let busy: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM deliveries WHERE destination_id = $1 AND status = 'sending'",
+            )
+            .bind(&destination)
+            .fetch_one(&mut *tx)
+            .await?;
+            let free = (limits.per_destination - busy).min(room);
+            if free <= 0 {
+                continue;
+            }
+            let due: Vec<(String, String)> = sqlx::query_as(
+                "SELECT id, status FROM deliveries \
+                 WHERE destination_id = $1 AND status IN ('pending', 'retrying') AND paused = FALSE \
+                   AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
+                 ORDER BY next_attempt_at, id LIMIT $4",
+            )
+            .bind(&destination)
+            .bind(now)
+            .bind(retries_left > 0)
+            .bind(free)
+            .fetch_all(&mut *tx)
+            .await?;
+            let mut take = Vec::with_capacity(due.len());
+            for (id, status) in due {
+                if status == "retrying" {
+                    if retries_left <= 0 {
+                        continue;
+                    }
+                    retries_left -= 1;
+                }
+                take.push(id);
+            }
+            if take.is_empty() {
+                continue;
+            }
+            let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "UPDATE deliveries SET status = 'sending', updated_at = ",
+            );
+            update
+                .push_bind(now)
+                .push(", lease_expires_at = ")
+                .push_bind(now + lease_margin_ms)
+                .push(" + 1000 * (SELECT timeout_seconds FROM destinations t WHERE t.id = deliveries.destination_id)")
+                .push(" WHERE status IN ('pending', 'retrying') AND id IN (");
+            let mut ids = update.separated(", ");
+            for id in &take {
+                ids.push_bind(id);
+            }
+            update.push(format!(") RETURNING {}", shared::DELIVERY));
+            let rows = update
+                .build_query_as::<rows::DeliveryRow>()
+                .fetch_all(&mut *tx)
+                .await?;
+            claimed.extend(rows::convert_all(rows)?);
+        }
+        tx.commit().await?;
+        claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
+        Ok(claimed)
+    }
+
     async fn migrate(&self) -> Result<()> {
         MIGRATOR
             .run(&self.pool)
