@@ -477,6 +477,14 @@ async fn main() -> anyhow::Result<()> {
             };
             storage.create_destination(&d).await?;
         }
+        // What autovacuum does on PostgreSQL within a minute of a bulk change: fresh
+        // statistics, so the planner knows the destinations table is no longer empty.
+        if let Some(s) = storage
+            .as_any()
+            .downcast_ref::<server::storage::postgres::PostgresStorage>()
+        {
+            sqlx::query("ANALYZE").execute(s.pool()).await?;
+        }
         let types: Vec<String> = (0..10_000).map(|i| format!("wide.{i}")).collect();
         let (wall, lat, _) = bench.flood(args.events, args.publishers, &types).await;
         let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
