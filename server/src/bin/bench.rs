@@ -381,8 +381,12 @@ async fn main() -> anyhow::Result<()> {
 
     let direct = bench.direct_limit(args.events, args.publishers).await;
     bench.arrivals.reset();
+    let direct_5 = bench.direct_limit(args.events, 5).await;
+    bench.arrivals.reset();
     println!(
-        "direct loopback limit (same client → same receiver, no server): {direct:.0} requests/s"
+        "direct loopback limit (same client → same receiver, no server): {direct:.0} requests/s \
+         ({} at once); {direct_5:.0} requests/s with 5 at once (the cap per destination)",
+        args.publishers
     );
 
     let mut peak_rss = rss_mb();
@@ -403,8 +407,9 @@ async fn main() -> anyhow::Result<()> {
         );
         print_latency("publish latency", lat);
         println!(
-            "  end-to-end deliveries: {e2e:.0}/s  ({:.0} % of the direct limit)",
-            100.0 * e2e / direct
+            "  end-to-end deliveries: {e2e:.0}/s  ({:.1} % of the direct limit; {:.1} % of the direct limit at 5 at once)",
+            100.0 * e2e / direct,
+            100.0 * e2e / direct_5
         );
         println!("  process RSS: {:.0} MB", rss_mb());
         bench.delete_destinations().await;
