@@ -193,6 +193,8 @@ impl Config {
 }
 
 #[cfg(test)]
+// figment's `Jail` closures return its own (large) error type.
+#[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
 

@@ -200,9 +200,11 @@ impl TestApp {
 }
 
 pub fn test_config(db_url: &str) -> Config {
-    let mut dispatch = server::config::DispatchConfig::default();
-    dispatch.idle_poll_ms = 200;
-    dispatch.shutdown_grace_seconds = 2;
+    let dispatch = server::config::DispatchConfig {
+        idle_poll_ms: 200,
+        shutdown_grace_seconds: 2,
+        ..Default::default()
+    };
     Config {
         database_url: db_url.to_owned(),
         listen: "127.0.0.1:0".parse().unwrap(),
