@@ -1535,17 +1535,20 @@ macro_rules! impl_storage {
             }
 
             async fn list_notifications(&self, unread_only: bool, page: Page<NotificationId>) -> Result<Vec<Notification>> {
-                let sql = format!(
-                    "SELECT {} FROM notifications WHERE ($1 = FALSE OR read_at IS NULL) AND ($2 IS NULL OR id < $2) \
-                     ORDER BY id DESC LIMIT $3",
+                // Conditions added only when they apply, so each reads as an index range
+                // (`notifications_unread`, or the primary key).
+                let mut q = sqlx::QueryBuilder::<$db>::new(format!(
+                    "SELECT {} FROM notifications WHERE TRUE",
                     shared::NOTIFICATION
-                );
-                let rows = sqlx::query_as::<_, rows::NotificationRow>(&sql)
-                    .bind(unread_only)
-                    .bind(page.before.map(|id| id.to_string()))
-                    .bind(page.limit)
-                    .fetch_all(&self.pool)
-                    .await?;
+                ));
+                if unread_only {
+                    q.push(" AND read_at IS NULL");
+                }
+                if let Some(before) = page.before {
+                    q.push(" AND id < ").push_bind(before.to_string());
+                }
+                q.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit);
+                let rows = q.build_query_as::<rows::NotificationRow>().fetch_all(&self.pool).await?;
                 rows::convert_all(rows)
             }
 
