@@ -442,6 +442,19 @@ macro_rules! impl_storage {
                 Ok(copy)
             }
 
+            /// One statement that must change a row (else `NotFound`), as a writer: every
+            /// single-statement write goes through here, so none bypasses the write gate.
+            async fn write_one<'q>(
+                &self,
+                q: sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>,
+            ) -> Result<()> {
+                let _gate = self.gate().await;
+                if q.execute(&self.pool).await?.rows_affected() == 0 {
+                    return Err(StorageError::NotFound);
+                }
+                Ok(())
+            }
+
             async fn first_answer(&self, space_id: SpaceId, key: &str) -> Result<Published> {
                 let first = sqlx::query_as::<_, rows::IdempotencyRow>(
                     "SELECT request_hash, event_id, deliveries FROM idempotency_keys WHERE space_id = $1 AND key = $2",
@@ -566,19 +579,15 @@ macro_rules! impl_storage {
             }
 
             async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()> {
-                let _gate = self.gate().await;
-                let done = sqlx::query(
+                self.write_one(
+                    sqlx::query(
                     "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL",
                 )
                 .bind(now)
                 .bind(id.to_string())
-                .bind(space_id.to_string())
-                .execute(&self.pool)
-                .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                .bind(space_id.to_string()),
+                )
+                .await
             }
 
             async fn create_channel(&self, c: &Channel) -> Result<()> {
@@ -604,29 +613,23 @@ macro_rules! impl_storage {
             }
 
             async fn rename_channel(&self, space_id: SpaceId, id: ChannelId, name: &str) -> Result<()> {
-                let done = sqlx::query("UPDATE channels SET name = $1 WHERE id = $2 AND space_id = $3")
+                self.write_one(
+                    sqlx::query("UPDATE channels SET name = $1 WHERE id = $2 AND space_id = $3")
                     .bind(name)
                     .bind(id.to_string())
-                    .bind(space_id.to_string())
-                    .execute(&self.pool)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                    .bind(space_id.to_string()),
+                )
+                .await
             }
 
             async fn delete_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<()> {
                 // Its messages and incoming webhooks go with it (ON DELETE CASCADE).
-                let done = sqlx::query("DELETE FROM channels WHERE id = $1 AND space_id = $2")
+                self.write_one(
+                    sqlx::query("DELETE FROM channels WHERE id = $1 AND space_id = $2")
                     .bind(id.to_string())
-                    .bind(space_id.to_string())
-                    .execute(&self.pool)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                    .bind(space_id.to_string()),
+                )
+                .await
             }
 
             async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>> {
@@ -865,16 +868,12 @@ macro_rules! impl_storage {
             }
 
             async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()> {
-                let _gate = self.gate().await;
-                let done = sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
+                self.write_one(
+                    sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
                     .bind(id.to_string())
-                    .bind(space_id.to_string())
-                    .execute(&self.pool)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                    .bind(space_id.to_string()),
+                )
+                .await
             }
 
             async fn set_destination_status(
@@ -1257,30 +1256,22 @@ macro_rules! impl_storage {
             }
 
             async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()> {
-                let _gate = self.gate().await;
-                let done = sqlx::query("DELETE FROM incoming_webhooks WHERE id = $1 AND space_id = $2")
+                self.write_one(
+                    sqlx::query("DELETE FROM incoming_webhooks WHERE id = $1 AND space_id = $2")
                     .bind(id.to_string())
-                    .bind(space_id.to_string())
-                    .execute(&self.pool)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                    .bind(space_id.to_string()),
+                )
+                .await
             }
 
             async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()> {
-                let _gate = self.gate().await;
-                let done = sqlx::query("UPDATE bots SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL")
+                self.write_one(
+                    sqlx::query("UPDATE bots SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL")
                     .bind(now)
                     .bind(id.to_string())
-                    .bind(space_id.to_string())
-                    .execute(&self.pool)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                    .bind(space_id.to_string()),
+                )
+                .await
             }
 
             async fn get_channel_any_space(&self, id: ChannelId) -> Result<Channel> {
@@ -1571,19 +1562,15 @@ macro_rules! impl_storage {
             }
 
             async fn mark_space_notification_read(&self, space_id: SpaceId, id: NotificationId, now: UnixMs) -> Result<()> {
-                let _gate = self.gate().await;
-                let done = sqlx::query(
+                self.write_one(
+                    sqlx::query(
                     "UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2 AND space_id = $3",
                 )
                 .bind(now)
                 .bind(id.to_string())
-                .bind(space_id.to_string())
-                .execute(&self.pool)
-                .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                .bind(space_id.to_string()),
+                )
+                .await
             }
 
             async fn count_unread_notifications(&self) -> Result<i64> {
@@ -1594,16 +1581,12 @@ macro_rules! impl_storage {
             }
 
             async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()> {
-                let _gate = self.gate().await;
-                let done = sqlx::query("UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2")
+                self.write_one(
+                    sqlx::query("UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2")
                     .bind(now)
-                    .bind(id.to_string())
-                    .execute(&self.pool)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StorageError::NotFound);
-                }
-                Ok(())
+                    .bind(id.to_string()),
+                )
+                .await
             }
 
             // Console (issue 7).
