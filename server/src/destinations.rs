@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use crate::dispatch::jq;
+use crate::dispatch::transform;
 use crate::dispatch::{retry::RetryPolicy, signing};
 use crate::domain::*;
 
@@ -240,7 +240,7 @@ fn check_transformation(program: Option<String>) -> Result<Option<String>, Setti
         Some(p) if p.trim().is_empty() => Ok(None),
         Some(p) if p.contains('\0') => Err(bad("the program must not contain NUL".into())),
         Some(p) => {
-            jq::compile(&p).map_err(|e| bad(e.to_string()))?;
+            transform::compile(&p).map_err(|e| bad(e.to_string()))?;
             Ok(Some(p))
         }
     }

@@ -13,8 +13,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::jq as transform;
 use super::retry::{Decision, RetryPolicy};
+use super::transform;
 use super::{classify, retry_after, signing, ssrf};
 use crate::clock::now_ms;
 use crate::domain::*;

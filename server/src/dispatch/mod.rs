@@ -6,7 +6,6 @@
 
 pub mod classify;
 pub mod engine;
-pub mod jq;
 pub mod retry;
 pub mod retry_after;
 pub mod signing;
