@@ -16,6 +16,7 @@ pub mod group_commit;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
+pub mod write;
 
 /// What can go wrong in storage, in terms that mean the same on both backends.
 #[derive(Debug, thiserror::Error)]
@@ -28,12 +29,25 @@ pub enum StorageError {
     /// A stored value could not be read back as a domain value.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// The database cannot be reached or cannot take writes right now (connection
+    /// refused or lost, pool exhausted, disk full, I/O error): nothing was written, and
+    /// the same request may succeed later. HTTP answers 503.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
     #[error(transparent)]
     Other(sqlx::Error),
 }
 
+/// How long a request waits for a database connection before it is answered
+/// [`StorageError::Unavailable`]: an unreachable database fails requests quickly
+/// instead of letting them pile up.
+pub const ACQUIRE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl From<sqlx::Error> for StorageError {
     fn from(err: sqlx::Error) -> Self {
+        if is_unavailable(&err) {
+            return StorageError::Unavailable(err.to_string());
+        }
         match err {
             sqlx::Error::RowNotFound => StorageError::NotFound,
             sqlx::Error::Database(db) if db.is_unique_violation() => {
@@ -45,6 +59,51 @@ impl From<sqlx::Error> for StorageError {
             other => StorageError::Other(other),
         }
     }
+}
+
+/// Whether `err` says the database is out of reach or out of room for now, rather than
+/// that this request is wrong: the connection (refused, reset, timed out, pool closed or
+/// exhausted), SQLite's `SQLITE_BUSY`, `SQLITE_NOMEM`, `SQLITE_IOERR*`, `SQLITE_FULL`,
+/// `SQLITE_CANTOPEN`, and PostgreSQL's SQLSTATE classes 08 (connection exception),
+/// 53 (insufficient resources: disk full, out of memory, too many connections),
+/// 57P01–57P03 (shutting down, crashed, starting up) and 58 (system/I/O error).
+pub fn is_unavailable(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                let code = db.code().and_then(|c| c.parse::<i32>().ok()).unwrap_or(0);
+                sqlite_code_is_unavailable(code)
+            } else if let Some(e) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+                sqlstate_is_unavailable(e.code())
+            } else {
+                false
+            }
+        }
+        _ => false,
+    }
+}
+
+/// SQLite result codes (primary or extended) that mean "not now" rather than "not this".
+fn sqlite_code_is_unavailable(code: i32) -> bool {
+    const BUSY: i32 = 5;
+    const NOMEM: i32 = 7;
+    const IOERR: i32 = 10;
+    const FULL: i32 = 13;
+    const CANTOPEN: i32 = 14;
+    matches!(code & 0xff, BUSY | NOMEM | IOERR | FULL | CANTOPEN)
+}
+
+/// PostgreSQL SQLSTATEs that mean "not now" rather than "not this".
+fn sqlstate_is_unavailable(code: &str) -> bool {
+    code.starts_with("08")
+        || code.starts_with("53")
+        || code.starts_with("58")
+        || matches!(code, "57P01" | "57P02" | "57P03")
 }
 
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -614,5 +673,62 @@ pub async fn connect(url: &str) -> anyhow::Result<std::sync::Arc<dyn Storage>> {
         Ok(std::sync::Arc::new(storage))
     } else {
         anyhow::bail!("unsupported database URL {url:?}: expected sqlite://… or postgres://…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_database_being_out_of_reach_or_out_of_room_is_unavailable() {
+        for e in [
+            sqlx::Error::PoolTimedOut,
+            sqlx::Error::PoolClosed,
+            sqlx::Error::WorkerCrashed,
+            sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+        ] {
+            assert!(is_unavailable(&e), "{e}");
+            assert!(matches!(
+                StorageError::from(e),
+                StorageError::Unavailable(_)
+            ));
+        }
+        for e in [
+            sqlx::Error::RowNotFound,
+            sqlx::Error::Protocol("bad".into()),
+            sqlx::Error::ColumnNotFound("x".into()),
+        ] {
+            assert!(!is_unavailable(&e), "{e}");
+        }
+        assert!(matches!(
+            StorageError::from(sqlx::Error::RowNotFound),
+            StorageError::NotFound
+        ));
+    }
+
+    #[test]
+    fn sqlite_full_busy_and_io_errors_are_unavailable_constraints_are_not() {
+        // Primary and extended codes: SQLITE_FULL, SQLITE_IOERR_WRITE, SQLITE_IOERR_FSYNC,
+        // SQLITE_BUSY, SQLITE_BUSY_SNAPSHOT, SQLITE_NOMEM, SQLITE_CANTOPEN.
+        for code in [13, 778, 1034, 5, 517, 7, 14] {
+            assert!(sqlite_code_is_unavailable(code), "{code}");
+        }
+        // SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_FOREIGNKEY, SQLITE_ERROR, SQLITE_CORRUPT.
+        for code in [2067, 787, 1, 11] {
+            assert!(!sqlite_code_is_unavailable(code), "{code}");
+        }
+    }
+
+    #[test]
+    fn postgres_connection_shutdown_and_resource_states_are_unavailable() {
+        for code in [
+            "08006", "08001", "57P01", "57P02", "57P03", "53100", "53300", "58030",
+        ] {
+            assert!(sqlstate_is_unavailable(code), "{code}");
+        }
+        for code in ["23505", "23503", "40001", "42P01", "57014"] {
+            assert!(!sqlstate_is_unavailable(code), "{code}");
+        }
     }
 }

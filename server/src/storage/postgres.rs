@@ -1,9 +1,8 @@
 //! PostgreSQL, for scale-out: several server instances share one database.
 
-use std::time::Duration;
-
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
+use super::write::{WriteTx, Writer};
 use super::{
     rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
     FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
@@ -27,7 +26,7 @@ impl PostgresStorage {
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(16)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .connect(url)
             .await?;
         Ok(Self {
@@ -50,9 +49,7 @@ impl PostgresStorage {
 
     /// Claims from every instance take turns, so the per-destination in-flight count
     /// they read is exact; a claim takes milliseconds.
-    pub(super) async fn lock_claims(
-        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    ) -> sqlx::Result<()> {
+    pub(super) async fn lock_claims(tx: &mut WriteTx<'_, sqlx::Postgres>) -> sqlx::Result<()> {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(CLAIM_LOCK)
             .execute(&mut **tx)
@@ -63,20 +60,17 @@ impl PostgresStorage {
     /// Serializes changes to `users` that depend on the other users (the first admin,
     /// the last admin): under READ COMMITTED two of them could each see the other's
     /// row as it was and both pass. Reads and sign-ins are not blocked.
-    pub(super) async fn lock_users(
-        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-    ) -> Result<()> {
+    pub(super) async fn lock_users(tx: &mut WriteTx<'_, sqlx::Postgres>) -> Result<()> {
         sqlx::query("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
             .execute(&mut **tx)
             .await?;
         Ok(())
     }
 
-    pub(super) async fn begin_write(
-        &self,
-        pool: &PgPool,
-    ) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Postgres>> {
-        pool.begin().await
+    /// The one way to open a write transaction: a connection closed instead of pooled
+    /// unless its transaction ends cleanly ([`Writer`]).
+    pub(super) async fn writer(&self, pool: &PgPool) -> sqlx::Result<Writer<'_, sqlx::Postgres>> {
+        Writer::acquire(None, pool, None).await
     }
 }
 
@@ -96,7 +90,8 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        let mut tx = self.pool.begin().await?;
+        let mut writer = self.writer(&self.pool).await?;
+        let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
         let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql(Self::DUE_INDEX))
             .bind(now)
@@ -152,7 +147,8 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
             shared::DELIVERY
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
-        let mut tx = self.pool.begin().await?;
+        let mut writer = self.writer(&self.pool).await?;
+        let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
         let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
             .bind(&ids)

@@ -81,7 +81,7 @@ macro_rules! impl_storage {
             /// The event, its idempotency key and its fan-out, inside `tx`. `None` when the
             /// idempotency key was taken: the caller rolls back and reads the first answer.
             async fn publish_in(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut $crate::storage::write::WriteTx<'_, $db>,
                 new: &NewEvent,
                 now: UnixMs,
             ) -> Result<Option<Published>> {
@@ -138,7 +138,7 @@ macro_rules! impl_storage {
 
             /// The active and the inactive destinations of `space` subscribed to `event_type`.
             async fn subscribers(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut $crate::storage::write::WriteTx<'_, $db>,
                 space: &str,
                 event_type: &str,
             ) -> Result<(Vec<DestinationId>, Vec<DestinationId>)> {
@@ -163,7 +163,7 @@ macro_rules! impl_storage {
             }
 
             /// The destination's rows in `subscriptions`, rewritten from its `event_types`.
-            async fn write_subscriptions(tx: &mut sqlx::Transaction<'static, $db>, d: &Destination) -> Result<()> {
+            async fn write_subscriptions(tx: &mut $crate::storage::write::WriteTx<'_, $db>, d: &Destination) -> Result<()> {
                 sqlx::query("DELETE FROM subscriptions WHERE destination_id = $1")
                     .bind(d.id.to_string())
                     .execute(&mut **tx)
@@ -187,7 +187,7 @@ macro_rules! impl_storage {
 
             /// One pending delivery per (event, destination), due now, in multi-row INSERTs.
             async fn insert_deliveries(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut $crate::storage::write::WriteTx<'_, $db>,
                 targets: &[(&Event, DestinationId)],
                 now: UnixMs,
             ) -> Result<()> {
@@ -215,7 +215,7 @@ macro_rules! impl_storage {
 
             /// D5: an inactive destination is not caught up later; it only counts what it missed.
             async fn count_skipped(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut $crate::storage::write::WriteTx<'_, $db>,
                 skipped: impl Iterator<Item = (DestinationId, i64)>,
             ) -> Result<()> {
                 for (d, n) in skipped {
@@ -231,7 +231,7 @@ macro_rules! impl_storage {
             /// Events without an idempotency key, all at once: one INSERT for the events, one
             /// look-up per (space, type), one INSERT for all their deliveries.
             async fn publish_plain_in(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut $crate::storage::write::WriteTx<'_, $db>,
                 events: &[&NewEvent],
                 now: UnixMs,
             ) -> Result<Vec<Published>> {
@@ -282,7 +282,7 @@ macro_rules! impl_storage {
 
             /// One finished attempt and its consequences, inside `tx`.
             async fn finish_in(
-                tx: &mut sqlx::Transaction<'static, $db>,
+                tx: &mut $crate::storage::write::WriteTx<'_, $db>,
                 f: &FinishedAttempt,
                 rule: &AutoDisable,
                 now: UnixMs,
@@ -420,7 +420,7 @@ macro_rules! impl_storage {
 
             /// A new delivery of the same event to the same destination, due now with a full set
             /// of attempts, linked both ways to the original `id` (SPEC §2.7).
-            async fn resend_in(tx: &mut sqlx::Transaction<'static, $db>, id: &str, now: UnixMs) -> Result<DeliveryId> {
+            async fn resend_in(tx: &mut $crate::storage::write::WriteTx<'_, $db>, id: &str, now: UnixMs) -> Result<DeliveryId> {
                 let copy = DeliveryId::new();
                 sqlx::query(
                     "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
@@ -654,8 +654,8 @@ macro_rules! impl_storage {
             }
 
             async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 match Self::publish_in(&mut tx, new, now).await? {
                     Some(published) => {
                         tx.commit().await?;
@@ -663,6 +663,7 @@ macro_rules! impl_storage {
                     }
                     None => {
                         tx.rollback().await?;
+                        drop(writer);
                         let key = new.idempotency_key.as_deref().unwrap_or_default();
                         self.first_answer(new.event.space_id, key).await
                     }
@@ -670,8 +671,8 @@ macro_rules! impl_storage {
             }
 
             async fn publish_events(&self, batch: &[NewEvent], now: UnixMs) -> Result<Vec<Result<Published>>> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 // `None`: the idempotency key was taken (read the first answer after the commit).
                 let mut outcomes: Vec<Option<Result<Option<Published>>>> = (0..batch.len()).map(|_| None).collect();
                 // Events without a key all together; if that fails, one by one below, so only
@@ -708,7 +709,7 @@ macro_rules! impl_storage {
                     *outcome = Some(result);
                 }
                 tx.commit().await?;
-                drop(_gate);
+                drop(writer);
                 let mut answers = Vec::with_capacity(batch.len());
                 for (new, outcome) in batch.iter().zip(outcomes) {
                     answers.push(match outcome.expect("every event was written or refused") {
@@ -724,8 +725,8 @@ macro_rules! impl_storage {
             }
 
             async fn post_message(&self, m: &Message, event: &NewEvent, now: UnixMs) -> Result<Published> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 sqlx::query(
                     "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, source_id, created_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -764,8 +765,8 @@ macro_rules! impl_storage {
             }
 
             async fn create_destination(&self, d: &Destination) -> Result<()> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -830,8 +831,8 @@ macro_rules! impl_storage {
             }
 
             async fn update_destination(&self, d: &Destination) -> Result<()> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 let event_types = d
                     .event_types
                     .as_ref()
@@ -884,8 +885,8 @@ macro_rules! impl_storage {
                 reason: Option<&str>,
                 now: UnixMs,
             ) -> Result<Destination> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 let done = sqlx::query(
                     "UPDATE destinations SET status = $1, disabled_reason = $2, updated_at = $3, \
                      consecutive_dead_letters = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_dead_letters END \
@@ -961,16 +962,16 @@ macro_rules! impl_storage {
             }
 
             async fn finish_attempt(&self, f: &FinishedAttempt, rule: &AutoDisable, now: UnixMs) -> Result<FinishEffects> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.engine_pool).await?;
+                let mut writer = self.writer(&self.engine_pool).await?;
+                let mut tx = writer.begin().await?;
                 let effects = Self::finish_in(&mut tx, f, rule, now).await?;
                 tx.commit().await?;
                 Ok(effects)
             }
 
             async fn finish_attempts(&self, batch: &[FinishedAttempt], rule: &AutoDisable, now: UnixMs) -> Result<Vec<FinishEffects>> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.engine_pool).await?;
+                let mut writer = self.writer(&self.engine_pool).await?;
+                let mut tx = writer.begin().await?;
                 let mut effects = Vec::with_capacity(batch.len());
                 for f in batch {
                     effects.push(Self::finish_in(&mut tx, f, rule, now).await?);
@@ -995,8 +996,8 @@ macro_rules! impl_storage {
             }
 
             async fn cancel_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 let mut out = Vec::with_capacity(ids.len());
                 for id in ids {
                     // Only a waiting delivery can be cancelled; a worker's claim moved it to
@@ -1033,8 +1034,8 @@ macro_rules! impl_storage {
             }
 
             async fn resend_deliveries(&self, space_id: SpaceId, ids: &[DeliveryId], now: UnixMs) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 // Write first, so SQLite takes its write lock before the reads below (a read-then-write
                 // transaction fails at once with "database is locked" if another writer came in between).
                 sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
@@ -1079,8 +1080,8 @@ macro_rules! impl_storage {
                 limit: i64,
                 now: UnixMs,
             ) -> Result<ResendFailed> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 // Take the write lock first (SQLite), then pick the batch.
                 sqlx::query("UPDATE spaces SET name = name WHERE id = $1")
                     .bind(space_id.to_string())
@@ -1115,8 +1116,8 @@ macro_rules! impl_storage {
             }
 
             async fn take_rate_slots(&self, key: &str, wanted: i64, limit: i64, window_ms: i64, now: UnixMs) -> Result<(i64, i64)> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.engine_pool).await?;
+                let mut writer = self.writer(&self.engine_pool).await?;
+                let mut tx = writer.begin().await?;
                 // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
                 // concurrent callers on every instance count one after another.
                 sqlx::query(
@@ -1158,8 +1159,8 @@ macro_rules! impl_storage {
             }
 
             async fn record_incoming_result(&self, id: IncomingWebhookId, success: bool, disable_after: i64, now: UnixMs) -> Result<IncomingEffects> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 if success {
                     sqlx::query(
                         "UPDATE incoming_webhooks SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0",
@@ -1232,8 +1233,8 @@ macro_rules! impl_storage {
             }
 
             async fn remember_incoming_message(&self, id: IncomingWebhookId, message_id: &str, now: UnixMs) -> Result<bool> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 let fresh = sqlx::query(
                     "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
                      ON CONFLICT (webhook_id, message_id) DO NOTHING",
@@ -1284,8 +1285,8 @@ macro_rules! impl_storage {
             }
 
             async fn defer_rate_limited(&self, id: DeliveryId, scope: RateScope, until: UnixMs, now: UnixMs) -> Result<()> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.engine_pool).await?;
+                let mut writer = self.writer(&self.engine_pool).await?;
+                let mut tx = writer.begin().await?;
                 sqlx::query(
                     "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
                      lease_expires_at = NULL, next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
@@ -1724,8 +1725,8 @@ macro_rules! impl_storage {
             }
 
             async fn create_first_user(&self, u: &User) -> Result<bool> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 <$backend>::lock_users(&mut tx).await?;
                 let done = sqlx::query(
                     "INSERT INTO users (id, email, password_hash, role, created_at, disabled_at) \
@@ -1744,8 +1745,8 @@ macro_rules! impl_storage {
             }
 
             async fn set_user_disabled(&self, id: UserId, disabled_at: Option<UnixMs>) -> Result<UserChange> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 <$backend>::lock_users(&mut tx).await?;
                 let done = match disabled_at {
                     None => sqlx::query("UPDATE users SET disabled_at = NULL WHERE id = $1")
@@ -1771,8 +1772,8 @@ macro_rules! impl_storage {
             }
 
             async fn delete_user(&self, id: UserId) -> Result<UserChange> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 <$backend>::lock_users(&mut tx).await?;
                 let done = sqlx::query(&format!(
                     "DELETE FROM users WHERE id = $1 AND (disabled_at IS NOT NULL OR {})",
@@ -1794,8 +1795,8 @@ macro_rules! impl_storage {
             }
 
             async fn remember_session(&self, session_id: &str, user_id: UserId, expires_at: UnixMs, now: UnixMs) -> Result<()> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
                     .bind(now)
                     .execute(&mut *tx)
@@ -1832,8 +1833,8 @@ macro_rules! impl_storage {
             }
 
             async fn publish_test_event(&self, event: &Event, destination_id: DestinationId, now: UnixMs) -> Result<DeliveryId> {
-                let _gate = self.gate().await;
-                let mut tx = self.begin_write(&self.pool).await?;
+                let mut writer = self.writer(&self.pool).await?;
+                let mut tx = writer.begin().await?;
                 sqlx::query(
                     "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
                 )
@@ -1871,7 +1872,7 @@ macro_rules! impl_storage {
         impl $backend {
             /// Why a change to a user touched no row: it does not exist, it was already
             /// as asked (`Done`), or it is the last active admin.
-            async fn why_unchanged(tx: &mut sqlx::Transaction<'static, $db>, id: UserId) -> Result<UserChange> {
+            async fn why_unchanged(tx: &mut $crate::storage::write::WriteTx<'_, $db>, id: UserId) -> Result<UserChange> {
                 let row: Option<(Option<i64>,)> = sqlx::query_as("SELECT disabled_at FROM users WHERE id = $1")
                     .bind(id.to_string())
                     .fetch_optional(&mut **tx)

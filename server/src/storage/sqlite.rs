@@ -10,6 +10,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
+use super::write::{WriteTx, Writer};
 use super::{
     rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
     FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
@@ -48,10 +49,12 @@ impl SqliteStorage {
         }
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
+            .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .connect_with(options.clone())
             .await?;
         let engine_pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .connect_with(options.synchronous(SqliteSynchronous::Normal))
             .await?;
         Ok(Self {
@@ -71,19 +74,17 @@ impl SqliteStorage {
     }
 
     /// Claims need no lock of their own: the gate and `BEGIN IMMEDIATE` make them one at a time.
-    pub(super) async fn lock_claims(
-        _tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    ) -> sqlx::Result<()> {
+    pub(super) async fn lock_claims(_tx: &mut WriteTx<'_, sqlx::Sqlite>) -> sqlx::Result<()> {
         Ok(())
     }
 
-    /// A write transaction that takes SQLite's write lock at once (`BEGIN IMMEDIATE`),
-    /// so a transaction that reads before it writes never meets a changed snapshot.
-    pub(super) async fn begin_write(
-        &self,
-        pool: &SqlitePool,
-    ) -> sqlx::Result<sqlx::Transaction<'static, sqlx::Sqlite>> {
-        pool.begin_with("BEGIN IMMEDIATE").await
+    /// The one way to open a write transaction: the gate, then a connection whose
+    /// transaction takes SQLite's write lock at once (`BEGIN IMMEDIATE`), so a
+    /// transaction that reads before it writes never meets a changed snapshot. The
+    /// connection is closed instead of pooled unless the transaction ends cleanly
+    /// ([`Writer`]).
+    pub(super) async fn writer(&self, pool: &SqlitePool) -> sqlx::Result<Writer<'_, sqlx::Sqlite>> {
+        Writer::acquire(self.gate().await, pool, Some("BEGIN IMMEDIATE")).await
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -93,9 +94,7 @@ impl SqliteStorage {
     /// Changes to `users` that depend on the other users (the first admin, the last
     /// admin) need no lock here: SQLite has one writer at a time, and these
     /// transactions write first.
-    pub(super) async fn lock_users(
-        _tx: &mut sqlx::Transaction<'static, sqlx::Sqlite>,
-    ) -> Result<()> {
+    pub(super) async fn lock_users(_tx: &mut WriteTx<'_, sqlx::Sqlite>) -> Result<()> {
         Ok(())
     }
 }
@@ -139,8 +138,8 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        let _gate = self.gate().await;
-        let mut tx = self.begin_write(&self.engine_pool).await?;
+        let mut writer = self.writer(&self.engine_pool).await?;
+        let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
         let mut claimed: Vec<Delivery> = Vec::new();
         let mut retries_left = limits.retries;

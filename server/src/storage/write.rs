@@ -1,0 +1,262 @@
+//! The one way a write opens its transaction: [`Writer`] (the write gate and a pooled
+//! connection, held together) and [`WriteTx`] (the transaction on that connection).
+//!
+//! The invariant: **no connection goes back to the pool inside a transaction.** sqlx
+//! counts a connection's transaction depth itself; when a statement or the `COMMIT`
+//! fails in a way after which the database has already rolled the transaction back
+//! (SQLite does so on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_NOMEM`; a dead PostgreSQL
+//! connection has no transaction left either), sqlx's rollback on drop fails too and the
+//! counter stays above zero, so every later `BEGIN` on that connection is refused
+//! ("attempted to call begin_with at non-zero transaction depth"). A connection that saw
+//! anything but a clean `COMMIT` or `ROLLBACK` is therefore closed, never pooled: the
+//! [`Writer`] marks it `close_on_drop` unless its transaction ended cleanly. That covers
+//! errors returned with `?`, panics, and futures dropped mid-write (a client that hung
+//! up). The pool opens a fresh connection in its place.
+
+use std::ops::{Deref, DerefMut};
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection as _, Database, Pool, Transaction};
+use tokio::sync::MutexGuard;
+
+/// A connection taken for one write transaction, with the write gate (SQLite) held for
+/// as long as it lives. Closed on drop unless its transaction committed or rolled back.
+pub struct Writer<'g, DB: Database> {
+    conn: PoolConnection<DB>,
+    /// `BEGIN IMMEDIATE` on SQLite; `None`: the backend's plain `BEGIN`.
+    begin: Option<&'static str>,
+    clean: bool,
+    _gate: Option<MutexGuard<'g, ()>>,
+}
+
+impl<'g, DB: Database> Writer<'g, DB> {
+    /// Takes a connection from `pool` (after the gate, when there is one: the gate is the
+    /// queue, so writers never wait on the pool while holding a connection).
+    pub async fn acquire(
+        gate: Option<MutexGuard<'g, ()>>,
+        pool: &Pool<DB>,
+        begin: Option<&'static str>,
+    ) -> sqlx::Result<Self> {
+        let conn = pool.acquire().await?;
+        Ok(Self {
+            conn,
+            begin,
+            clean: false,
+            _gate: gate,
+        })
+    }
+
+    /// Opens the write transaction on this connection.
+    pub async fn begin(&mut self) -> sqlx::Result<WriteTx<'_, DB>> {
+        self.clean = false;
+        let tx = match self.begin {
+            Some(statement) => self.conn.begin_with(statement).await?,
+            None => self.conn.begin().await?,
+        };
+        Ok(WriteTx {
+            tx,
+            clean: &mut self.clean,
+        })
+    }
+}
+
+impl<DB: Database> Drop for Writer<'_, DB> {
+    fn drop(&mut self) {
+        if !self.clean {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// A write transaction on a [`Writer`]'s connection. Use it as the connection
+/// (`&mut *tx` is an executor); end it with [`WriteTx::commit`] or [`WriteTx::rollback`].
+pub struct WriteTx<'c, DB: Database> {
+    tx: Transaction<'c, DB>,
+    clean: &'c mut bool,
+}
+
+impl<DB: Database> WriteTx<'_, DB> {
+    /// Commits. Only a commit that succeeded lets the connection back into the pool.
+    pub async fn commit(self) -> sqlx::Result<()> {
+        self.tx.commit().await?;
+        *self.clean = true;
+        Ok(())
+    }
+
+    /// Rolls back on purpose (e.g. a refused idempotency key).
+    pub async fn rollback(self) -> sqlx::Result<()> {
+        self.tx.rollback().await?;
+        *self.clean = true;
+        Ok(())
+    }
+}
+
+impl<DB: Database> Deref for WriteTx<'_, DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl<DB: Database> DerefMut for WriteTx<'_, DB> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+    use sqlx::SqlitePool;
+
+    /// A one-connection pool on a fresh file, so the next writer gets the same
+    /// connection back if it was pooled.
+    async fn one_connection_pool(dir: &tempfile::TempDir, name: &str) -> SqlitePool {
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join(name))
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE t (v BLOB)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool
+    }
+
+    /// Ends SQLite's transaction behind sqlx's back, as SQLite itself does on
+    /// `SQLITE_FULL` or an I/O error: sqlx still counts depth 1, and its COMMIT fails.
+    async fn transaction_ended_by_the_database(conn: &mut sqlx::SqliteConnection) {
+        sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_whose_commit_failed_is_closed_so_the_next_write_begins_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+
+        // What plain pooled transactions do: the broken connection goes back to the pool
+        // and every later BEGIN on it is refused. (This proves the scenario is real.)
+        let plain = one_connection_pool(&dir, "plain.db").await;
+        let mut tx = plain.begin().await.unwrap();
+        transaction_ended_by_the_database(&mut tx).await;
+        assert!(tx.commit().await.is_err());
+        let again = plain.begin_with("BEGIN IMMEDIATE").await;
+        assert!(
+            again
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("transaction depth")),
+            "{:?}",
+            again.map(|_| ())
+        );
+        plain.close().await;
+
+        // Through a Writer: the connection is closed, a fresh one takes its place.
+        let pool = one_connection_pool(&dir, "w.db").await;
+        let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+            .await
+            .unwrap();
+        let mut tx = writer.begin().await.unwrap();
+        transaction_ended_by_the_database(&mut tx).await;
+        assert!(tx.commit().await.is_err());
+        drop(writer);
+        for _ in 0..3 {
+            let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+                .await
+                .unwrap();
+            let mut tx = writer.begin().await.unwrap();
+            sqlx::query("INSERT INTO t (v) VALUES (x'00')")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 3);
+    }
+
+    #[tokio::test]
+    async fn a_write_that_failed_or_was_dropped_midway_leaves_no_transaction_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "w.db").await;
+        // A statement fails inside the transaction (the error is returned with `?`).
+        {
+            let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+                .await
+                .unwrap();
+            let mut tx = writer.begin().await.unwrap();
+            sqlx::query("INSERT INTO t (v) VALUES (x'01')")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            assert!(sqlx::query("INSERT INTO nowhere VALUES (1)")
+                .execute(&mut *tx)
+                .await
+                .is_err());
+        }
+        // A write dropped before it committed (a client that hung up).
+        let dropped = async {
+            let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+                .await
+                .unwrap();
+            let mut tx = writer.begin().await.unwrap();
+            sqlx::query("INSERT INTO t (v) VALUES (x'02')")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            std::future::pending::<()>().await;
+        };
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), dropped)
+                .await
+                .is_err()
+        );
+        // Neither wrote anything, and the next write begins and commits.
+        let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+            .await
+            .unwrap();
+        let mut tx = writer.begin().await.unwrap();
+        sqlx::query("INSERT INTO t (v) VALUES (x'03')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        drop(writer);
+        let values: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT v FROM t")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert_eq!(values, vec![(vec![3u8],)]);
+    }
+
+    #[tokio::test]
+    async fn a_full_database_is_unavailable_not_an_internal_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "w.db").await;
+        // Room for a few pages only: SQLite answers SQLITE_FULL, as on a full disk.
+        sqlx::query("PRAGMA max_page_count = 8")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+            .await
+            .unwrap();
+        let mut tx = writer.begin().await.unwrap();
+        let err = sqlx::query("INSERT INTO t (v) VALUES (zeroblob(1000000))")
+            .execute(&mut *tx)
+            .await
+            .unwrap_err();
+        let err = crate::storage::StorageError::from(err);
+        assert!(
+            matches!(err, crate::storage::StorageError::Unavailable(_)),
+            "{err:?}"
+        );
+    }
+}
