@@ -36,9 +36,16 @@ pub enum ApiError {
         code: &'static str,
         message: String,
     },
+    /// The database is out of reach or out of room (`StorageError::Unavailable`):
+    /// 503 with `Retry-After`; the same request may succeed shortly.
+    #[error("the service is temporarily unavailable (its database cannot be reached or is full); nothing was changed: try again shortly")]
+    Unavailable,
     #[error("internal error")]
     Internal(#[source] anyhow::Error),
 }
+
+/// Seconds a client is told to wait (`Retry-After`) when the database is unavailable.
+pub const UNAVAILABLE_RETRY_AFTER_SECONDS: u64 = 5;
 
 impl ApiError {
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
@@ -55,6 +62,7 @@ impl ApiError {
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Status { status, code, .. } => (*status, code),
+            ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         }
     }
@@ -74,6 +82,10 @@ impl From<StorageError> for ApiError {
                 code: "conflict",
                 message: msg,
             },
+            StorageError::Unavailable(why) => {
+                tracing::warn!(error = %why, "database unavailable: answering 503");
+                ApiError::Unavailable
+            }
             other => ApiError::Internal(other.into()),
         }
     }
@@ -89,7 +101,14 @@ impl IntoResponse for ApiError {
             code: code.to_owned(),
             message: self.to_string(),
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if matches!(self, ApiError::Unavailable) {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECONDS),
+            );
+        }
+        response
     }
 }
 

@@ -116,8 +116,9 @@ impl From<ApiError> for Refusal {
 
 impl From<StorageError> for Refusal {
     fn from(e: StorageError) -> Self {
-        // The webhook and its channel were found a moment ago: anything now is ours.
-        Refusal::Failed(ApiError::Internal(e.into()))
+        // The webhook and its channel were found a moment ago: anything now is ours
+        // (503 when the database is out of reach, else 500).
+        Refusal::Failed(e.into())
     }
 }
 

@@ -26,9 +26,20 @@ async fn healthz() -> impl IntoResponse {
     Json(serde_json::json!({ "status": "ok" }))
 }
 
-/// The process can serve: its database answers.
+/// How long `/readyz` waits for the database: a load balancer's probe gets its 503
+/// within this, however the database is failing.
+pub const READINESS_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(800);
+
+/// The process can serve: its database answers (within [`READINESS_TIMEOUT`]).
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    match state.storage.ping().await {
+    let answer = tokio::time::timeout(READINESS_TIMEOUT, state.storage.ping())
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::storage::StorageError::Unavailable(format!(
+                "no answer within {READINESS_TIMEOUT:?}"
+            )))
+        });
+    match answer {
         Ok(()) => (
             StatusCode::OK,
             Json(serde_json::json!({ "status": "ready" })),

@@ -41,7 +41,21 @@ impl Publisher {
 }
 
 fn stopped() -> StorageError {
-    StorageError::Other(sqlx::Error::PoolClosed)
+    StorageError::Unavailable("the publishing task stopped".into())
+}
+
+/// The error each publish of a group gets when the group's transaction failed: the
+/// same kind (so an unreachable database still answers 503), with the group named.
+fn for_each_of_group(e: &StorageError) -> StorageError {
+    match e {
+        StorageError::Unavailable(why) => StorageError::Unavailable(why.clone()),
+        StorageError::NotFound => StorageError::NotFound,
+        StorageError::Conflict(why) => StorageError::Conflict(why.clone()),
+        StorageError::Corrupt(why) => StorageError::Corrupt(why.clone()),
+        StorageError::Other(e) => StorageError::Other(sqlx::Error::Protocol(format!(
+            "the group commit failed: {e}"
+        ))),
+    }
 }
 
 async fn write_groups(storage: Arc<dyn Storage>, mut requests: mpsc::Receiver<Request>) {
@@ -56,11 +70,16 @@ async fn write_groups(storage: Arc<dyn Storage>, mut requests: mpsc::Receiver<Re
             }
             // The commit failed: nothing of the group was written; each gets the error.
             Err(e) => {
-                let message = e.to_string();
                 for reply in replies {
-                    let _ = reply.send(Err(StorageError::Other(sqlx::Error::Protocol(format!(
-                        "the group commit failed: {message}"
-                    )))));
+                    let _ = reply.send(Err(for_each_of_group(&e)));
+                }
+                // The database is out of reach: those queued behind this group would each
+                // wait out the connection timeout again. Answer them now; new publishes
+                // try again.
+                if matches!(e, StorageError::Unavailable(_)) {
+                    while let Ok((_, reply)) = requests.try_recv() {
+                        let _ = reply.send(Err(for_each_of_group(&e)));
+                    }
                 }
             }
         }

@@ -110,7 +110,7 @@ pub fn router() -> Router<AppState> {
             InternalError
         )
     ),
-    modifiers(&SecuritySchemes, &NamedPageItems),
+    modifiers(&SecuritySchemes, &NamedPageItems, &UnavailableAnswers),
     security(("ApiKeyAuth" = [])),
     tags(
         (name = "Destinations", description = "Where events are sent: URL, subscribed event types, \
@@ -188,6 +188,47 @@ impl Modify for SecuritySchemes {
                 "`Authorization: Bot <token>`, with the token answered when the bot was made (`pfb_…`).",
             ))),
         );
+    }
+}
+
+/// Every operation that can fail inside (500) can also find its database out of reach
+/// or full: 503 `unavailable` with `Retry-After`, added here once for all of them.
+struct UnavailableAnswers;
+
+impl Modify for UnavailableAnswers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::header::HeaderBuilder;
+        let mut response = error_response(
+            "The database cannot be reached or is full (`unavailable`): nothing was changed; \
+             try again after `Retry-After` seconds.",
+        );
+        response.headers.insert(
+            "Retry-After".into(),
+            HeaderBuilder::new()
+                .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                .description(Some("Seconds to wait before trying again."))
+                .build(),
+        );
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .responses
+            .insert("Unavailable".into(), response.into());
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for operation in operations.into_iter().flatten() {
+                let responses = &mut operation.responses.responses;
+                if responses.contains_key("500") {
+                    responses.insert("503".into(), Ref::from_response_name("Unavailable").into());
+                }
+            }
+        }
     }
 }
 
