@@ -24,8 +24,13 @@ use crate::storage::{
     ClaimLimits, FinishedAttempt, NextStep, RateScope, Slot, Storage, StorageError,
 };
 
-/// The most of a response body kept in the attempt log.
+/// The most of a response body read and kept in the attempt log: reading stops there
+/// (an endless body, a 10 GB `Content-Length`), so a receiver cannot make the engine read
+/// or store more.
 pub const RESPONSE_BODY_LIMIT: usize = 64 * 1024;
+/// The most of the response headers (names and values) kept in the attempt log; hyper
+/// refuses heads over ~400 KiB before that.
+pub const RESPONSE_HEADERS_LIMIT: usize = 64 * 1024;
 /// How long a transformation may run.
 const TRANSFORM_LIMIT: Duration = Duration::from_secs(1);
 
@@ -194,6 +199,9 @@ impl Engine {
         let mut last_recovery = 0_i64;
         // Whether the next claim scans the whole queue (else: only hinted destinations).
         let mut rescan = true;
+        // Failures in a row of the claim and the idle look-up: the waits grow while the
+        // database stays out of reach, so an outage costs no core.
+        let mut backoff = super::backoff::Backoff::default();
         tracing::info!(
             concurrency = self.settings.concurrency,
             "dispatch engine started"
@@ -232,9 +240,12 @@ impl Engine {
                 rescan = matches!(&claimed, Ok(batch) if batch.len() == want);
                 claimed
             } else {
-                rescan = self.idle(&shutdown).await;
+                rescan = self.idle(&shutdown, &mut backoff).await;
                 continue;
             };
+            if claimed.is_ok() {
+                backoff.succeeded();
+            }
             match claimed {
                 Ok(batch) if !batch.is_empty() => {
                     let batch = self.within_plan_limits(batch).await;
@@ -254,10 +265,13 @@ impl Engine {
                 Ok(_) => {}
                 Err(e) => {
                     rescan = true;
-                    tracing::error!(error = %e, "claiming due deliveries failed");
+                    let wait = backoff.failed();
+                    tracing::error!(error = %e, failures = backoff.failures(), wait_ms = wait.as_millis() as u64, "claiming due deliveries failed");
+                    // A publish that got through (its hint) means the database is back.
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = self.hints.notify.notified() => {}
+                        _ = tokio::time::sleep(wait) => {}
                     }
                 }
             }
@@ -344,18 +358,27 @@ impl Engine {
     /// in-flight cap), the attempts ending will hint their destinations; the full scan
     /// then waits a little instead of asking the database again at once.
     /// Returns whether the next claim should scan the whole queue.
-    async fn idle(&self, shutdown: &CancellationToken) -> bool {
+    async fn idle(
+        &self,
+        shutdown: &CancellationToken,
+        backoff: &mut super::backoff::Backoff,
+    ) -> bool {
         let poll = self.settings.idle_poll;
         let now = now_ms();
-        let sleep = match self.storage.next_due_at().await {
+        let next_due = self.storage.next_due_at().await;
+        if next_due.is_ok() {
+            backoff.succeeded();
+        }
+        let sleep = match next_due {
             Ok(Some(at)) if at <= now => poll.min(Duration::from_millis(100)),
             Ok(Some(at)) => {
                 Duration::from_millis((at - now).clamp(0, poll.as_millis() as i64) as u64)
             }
             Ok(None) => poll,
             Err(e) => {
-                tracing::error!(error = %e, "reading the next due time failed");
-                poll
+                let wait = backoff.failed();
+                tracing::error!(error = %e, failures = backoff.failures(), "reading the next due time failed");
+                poll.max(wait)
             }
         };
         tokio::select! {
@@ -713,18 +736,7 @@ impl Engine {
         };
         let status = response.status().as_u16();
         attempt.response_status = Some(i64::from(status));
-        attempt.response_headers = Some(serde_json::Value::Object(
-            response
-                .headers()
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().to_owned(),
-                        serde_json::Value::from(String::from_utf8_lossy(v.as_bytes()).into_owned()),
-                    )
-                })
-                .collect(),
-        ));
+        attempt.response_headers = Some(kept_headers(response.headers(), RESPONSE_HEADERS_LIMIT));
         let retry_after_header = response
             .headers()
             .get(reqwest::header::RETRY_AFTER)
@@ -833,6 +845,23 @@ fn lost_attempt(d: &Delivery, now: UnixMs, why: &str) -> Attempt {
     }
 }
 
+/// The response headers for the attempt log, in order, until their names and values
+/// add up to `limit` bytes; a header that would go over it and all after it are left out.
+fn kept_headers(headers: &reqwest::header::HeaderMap, limit: usize) -> serde_json::Value {
+    let mut kept = serde_json::Map::new();
+    let mut size = 0;
+    for (k, v) in headers {
+        size += k.as_str().len() + v.len();
+        if size > limit {
+            break;
+        }
+        let value = String::from_utf8_lossy(v.as_bytes()).into_owned();
+        // One value per name, the last of a repeated one (as the log always kept them).
+        kept.insert(k.as_str().to_owned(), serde_json::Value::from(value));
+    }
+    serde_json::Value::Object(kept)
+}
+
 /// An error with its causes, for the attempt log (support staff read it).
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
@@ -846,4 +875,28 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+    #[test]
+    fn response_headers_are_kept_up_to_the_limit_and_no_further() {
+        let mut headers = HeaderMap::new();
+        for i in 0..10 {
+            headers.insert(
+                HeaderName::from_bytes(format!("x-h{i}").as_bytes()).unwrap(),
+                HeaderValue::from_str(&"v".repeat(96)).unwrap(),
+            );
+        }
+        // Each header is 4 + 96 = 100 bytes: 350 bytes hold three.
+        let kept = kept_headers(&headers, 350);
+        assert_eq!(kept.as_object().unwrap().len(), 3, "{kept}");
+        assert_eq!(kept["x-h0"], "v".repeat(96));
+        assert!(kept.get("x-h3").is_none());
+        let all = kept_headers(&headers, RESPONSE_HEADERS_LIMIT);
+        assert_eq!(all.as_object().unwrap().len(), 10);
+    }
 }

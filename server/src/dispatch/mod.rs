@@ -2,8 +2,9 @@
 //!
 //! Pure rules, each tested next to it: [`retry`] (schedule and retryability),
 //! [`retry_after`] (parsing the receiver's Retry-After), [`signing`] (Standard
-//! Webhooks), [`ssrf`] (which addresses may be called), [`classify`] (error classes).
+//! Webhooks), [`ssrf`] (which addresses may be called), [`classify`] (error classes), [`backoff`] (waits while the database fails).
 
+pub mod backoff;
 pub mod classify;
 pub mod engine;
 pub mod retry;
