@@ -118,9 +118,14 @@ fn message_class(message: &str) -> Option<ErrorClass> {
         "connection reset",
         "connection aborted",
         "broken pipe",
-        // The receiver answered something that is not HTTP: its fault, like a dropped connection.
+        // The receiver answered something that is not HTTP, or a head hyper will not take
+        // (over ~400 KiB or 100 headers, a broken Content-Length): its fault, like a
+        // dropped connection, and retried like one.
         "invalid http",
         "received unexpected message from connection",
+        "message head is too large",
+        "invalid content-length parsed",
+        "unexpected transfer-encoding parsed",
     ];
     let message = message.to_ascii_lowercase();
     let says = |needles: &[&str]| needles.iter().any(|n| message.contains(n));
@@ -222,6 +227,8 @@ mod tests {
             "Connection reset by peer (os error 104)",
             "Broken pipe (os error 32)",
             "invalid HTTP version parsed",
+            "message head is too large",
+            "invalid content-length parsed",
         ] {
             assert_eq!(
                 message_class(message),

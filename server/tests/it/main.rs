@@ -10,6 +10,7 @@ mod crash;
 mod dispatch;
 mod health;
 mod helpers;
+mod hostile;
 mod incoming;
 mod limits;
 mod listing;
