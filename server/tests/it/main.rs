@@ -15,6 +15,7 @@ mod incoming;
 mod limits;
 mod listing;
 mod openapi;
+mod outage;
 mod resend;
 mod retry_after;
 mod schedule;
