@@ -73,13 +73,13 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     async fn create_destination(&self, actor: &SessionUser, form: &DestinationForm) -> R<Notice>;
     async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> R<Notice>;
     async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
-    /// `origin` is how the browser reached us (`http://host:port`), for the webhook's URL.
+    /// The notice shows the webhook's URL, on the server's public URL (never the `Host`
+    /// the browser sent), and its token.
     async fn create_incoming_webhook(
         &self,
         actor: &SessionUser,
         channel: &str,
         name: &str,
-        origin: &str,
     ) -> R<Notice>;
     async fn space(&self, actor: &SessionUser, id: &str) -> R<SpaceDetail>;
     async fn create_space(&self, actor: &SessionUser, name: &str, plan: &str) -> R<Notice>;

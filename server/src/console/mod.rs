@@ -47,6 +47,8 @@ pub struct Backend {
     /// Wakes the dispatch engine after the console writes deliveries (resend, re-enable).
     wake: Arc<tokio::sync::Notify>,
     config: Arc<crate::config::Config>,
+    /// The base of the URLs the console shows (an incoming webhook's).
+    public_url: crate::config::PublicUrl,
     /// The session store, to end a user's sessions when the user is disabled or deleted.
     sessions: sessions::AnyStore,
 }
@@ -56,12 +58,14 @@ impl Backend {
         storage: Arc<dyn Storage>,
         wake: Arc<tokio::sync::Notify>,
         config: Arc<crate::config::Config>,
+        public_url: crate::config::PublicUrl,
         sessions: sessions::AnyStore,
     ) -> Self {
         Self {
             storage,
             wake,
             config,
+            public_url,
             sessions,
         }
     }
@@ -364,10 +368,9 @@ impl ConsoleBackend for Backend {
         actor: &SessionUser,
         channel: &str,
         name: &str,
-        origin: &str,
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
-        self.new_incoming_webhook(channel, name, origin).await
+        self.new_incoming_webhook(channel, name).await
     }
 
     async fn space(&self, actor: &SessionUser, id: &str) -> Result<SpaceDetail, ConsoleError> {

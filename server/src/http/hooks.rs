@@ -51,6 +51,12 @@ pub const SIGNATURE_TOLERANCE_SECS: i64 = 5 * 60;
 /// The rate limits of SPEC §3 and §4 count messages per second.
 pub const RATE_WINDOW_MS: i64 = 1_000;
 
+/// `/hooks/{id}/{token}`: where a sender posts; [`crate::config::PublicUrl::join`] makes
+/// the URL shown to admins from it.
+pub fn path(id: IncomingWebhookId, token: &str) -> String {
+    format!("/hooks/{id}/{token}")
+}
+
 pub fn router() -> Router<AppState> {
     Router::new().route(
         "/hooks/{webhook_id}/{token}",

@@ -453,3 +453,58 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn webhook_urls_are_on_the_public_url_whatever_host_the_request_names(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let config = server::config::Config {
+            public_url: "https://hooks.example.com/".into(),
+            ..crate::helpers::test_config(&db.url)
+        };
+        let app = crate::helpers::spawn_app_with_config(&db, config).await.with_space().await;
+        let (_, channel) = app.post("/channels", json!({"name": "alerts"})).await;
+        let channel = channel["id"].as_str().unwrap().to_owned();
+
+        // The REST API, with a forged Host header.
+        let resp = reqwest::Client::new()
+            .post(app.api("/incoming-webhooks"))
+            .bearer_auth(app.api_key.as_ref().unwrap())
+            .header("host", "evil.example.com")
+            .json(&json!({"channelId": channel, "name": "Grafana"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        let w: serde_json::Value = resp.json().await.unwrap();
+        let (id, token) = (w["id"].as_str().unwrap(), w["token"].as_str().unwrap());
+        let url = w["url"].as_str().unwrap();
+        assert_eq!(url, format!("https://hooks.example.com/hooks/{id}/{token}"));
+        // Its path is where senders post on this server.
+        let path = url.strip_prefix("https://hooks.example.com").unwrap();
+        let posted = reqwest::Client::new()
+            .post(app.url(path))
+            .json(&json!({"text": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(posted.status(), 201);
+
+        // The console, with a forged Host header too.
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+        let resp = admin
+            .post(format!("{base}/api/create_incoming_webhook"))
+            .header("host", "evil.example.com")
+            .form(&[("channel", channel.as_str()), ("name", "Sentry")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let notice: serde_json::Value = resp.json().await.unwrap();
+        let secrets = notice["secrets"].as_array().unwrap();
+        let shown = secrets.iter().find(|s| s[0] == "URL").unwrap()[1].as_str().unwrap();
+        assert!(shown.starts_with("https://hooks.example.com/hooks/iwh_"), "{notice}");
+        assert!(!notice.to_string().contains("evil"), "{notice}");
+        app.stop().await;
+    }
+}
