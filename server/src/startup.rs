@@ -120,8 +120,11 @@ pub async fn run(
             config.session_idle_minutes,
         )));
 
+    // Outermost first: the request span, then the request ID (recorded in the span; its
+    // answer header and the logging of failures cover everything inside), then sessions.
     let app = router(state)
         .layer(session_layer)
+        .layer(axum::middleware::from_fn(http::request_id::assign))
         .layer(TraceLayer::new_for_http().make_span_with(request_span));
 
     tracing::info!(%addr, console = %public_url.join("/"), "PartyFlow Hooks is serving");
@@ -144,7 +147,12 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
         Some(rest) => format!("/hooks/{}/…", rest.split('/').next().unwrap_or("")),
         None => path.to_owned(),
     };
-    tracing::info_span!("request", method = %req.method(), path = %shown)
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %shown,
+        request_id = tracing::field::Empty
+    )
 }
 
 fn leptos_options(config: &Config, addr: std::net::SocketAddr) -> LeptosOptions {

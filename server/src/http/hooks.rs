@@ -205,7 +205,7 @@ struct SignatureHeaders {
             (`text_too_long`) or has NUL characters (`invalid_text`)", body = ErrorBody),
         (status = 429, description = "Over the webhook's rate (`rate_limited`)", body = ErrorBody,
             headers(("Retry-After" = i64, description = "Seconds to wait"))),
-        (status = 500, description = "The server failed (`internal`)", body = ErrorBody),
+        (status = 500, response = crate::http::v1::openapi::InternalError),
     )
 )]
 async fn receive(
