@@ -18,9 +18,15 @@ type R<T> = Result<T, ConsoleError>;
 
 #[async_trait::async_trait]
 pub trait ConsoleBackend: Send + Sync + 'static {
-    /// Checks an email and password; `BadCredentials` when they don't match a live user,
-    /// `Throttled` after too many failures for this email.
-    async fn authenticate(&self, email: &str, password: &str) -> R<SessionUser>;
+    /// Checks an email and password sent from `peer` (the connection's address, never a
+    /// header); `BadCredentials` when they don't match a live user, `Throttled` after too
+    /// many failures for this email from this source.
+    async fn authenticate(
+        &self,
+        email: &str,
+        password: &str,
+        peer: std::net::IpAddr,
+    ) -> R<SessionUser>;
 
     /// The live user with this ID, if any.
     async fn user(&self, id: &str) -> R<Option<SessionUser>>;

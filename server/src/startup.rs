@@ -128,6 +128,8 @@ pub async fn run(
         .layer(TraceLayer::new_for_http().make_span_with(request_span));
 
     tracing::info!(%addr, console = %public_url.join("/"), "PartyFlow Hooks is serving");
+    // With the peer address: console sign-in throttling counts per source (`console::throttle`).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
