@@ -343,9 +343,8 @@ pub async fn create_incoming_webhook(
     name: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
-    let origin = crate::guard::request_origin().await?;
     let notice = crate::port::backend()?
-        .create_incoming_webhook(&user, &channel, &name, &origin)
+        .create_incoming_webhook(&user, &channel, &name)
         .await?;
     crate::guard::answer(notice, None).await
 }

@@ -23,8 +23,17 @@ pub async fn login(
     let session = leptos_axum::extract::<tower_sessions::Session>()
         .await
         .map_err(|_| ConsoleError::Internal)?;
+    // The TCP peer (the server serves with connect info), never X-Forwarded-For: the
+    // throttle counts failures per source, and a header is whatever the client writes.
+    let axum::extract::ConnectInfo(peer) =
+        leptos_axum::extract::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .await
+            .map_err(|_| ConsoleError::Internal)?;
     let next = safe_next(next.as_deref());
-    let user = match backend()?.authenticate(email.trim(), &password).await {
+    let user = match backend()?
+        .authenticate(email.trim(), &password, peer.ip())
+        .await
+    {
         Ok(user) => user,
         // Back to the form with the reason in the URL: the same path with and without JavaScript.
         Err(e @ (ConsoleError::BadCredentials | ConsoleError::Throttled)) => {

@@ -82,20 +82,6 @@ fn authority(url: &str) -> Option<&str> {
     (!authority.is_empty() && !authority.contains('@')).then_some(authority)
 }
 
-/// `http://host` as the browser reached us (for URLs we hand out, like an incoming webhook's).
-pub async fn request_origin() -> Result<String, ConsoleError> {
-    let headers = headers().await?;
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    let https = headers
-        .get("x-forwarded-proto")
-        .and_then(|h| h.to_str().ok())
-        .is_some_and(|p| p.eq_ignore_ascii_case("https"));
-    Ok(format!("{}://{host}", if https { "https" } else { "http" }))
-}
-
 #[derive(Serialize, Deserialize)]
 struct Flash {
     id: String,

@@ -18,9 +18,15 @@ type R<T> = Result<T, ConsoleError>;
 
 #[async_trait::async_trait]
 pub trait ConsoleBackend: Send + Sync + 'static {
-    /// Checks an email and password; `BadCredentials` when they don't match a live user,
-    /// `Throttled` after too many failures for this email.
-    async fn authenticate(&self, email: &str, password: &str) -> R<SessionUser>;
+    /// Checks an email and password sent from `peer` (the connection's address, never a
+    /// header); `BadCredentials` when they don't match a live user, `Throttled` after too
+    /// many failures for this email from this source.
+    async fn authenticate(
+        &self,
+        email: &str,
+        password: &str,
+        peer: std::net::IpAddr,
+    ) -> R<SessionUser>;
 
     /// The live user with this ID, if any.
     async fn user(&self, id: &str) -> R<Option<SessionUser>>;
@@ -73,13 +79,13 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     async fn create_destination(&self, actor: &SessionUser, form: &DestinationForm) -> R<Notice>;
     async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> R<Notice>;
     async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
-    /// `origin` is how the browser reached us (`http://host:port`), for the webhook's URL.
+    /// The notice shows the webhook's URL, on the server's public URL (never the `Host`
+    /// the browser sent), and its token.
     async fn create_incoming_webhook(
         &self,
         actor: &SessionUser,
         channel: &str,
         name: &str,
-        origin: &str,
     ) -> R<Notice>;
     async fn space(&self, actor: &SessionUser, id: &str) -> R<SpaceDetail>;
     async fn create_space(&self, actor: &SessionUser, name: &str, plan: &str) -> R<Notice>;

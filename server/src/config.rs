@@ -18,6 +18,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Comma-separated CIDRs destinations may reach despite SSRF protection.
     pub allow_networks: String,
+    /// The base of every URL the product shows or sends (`https://hooks.example.com`);
+    /// empty means `http://{listen}`. Checked at start-up ([`PublicUrl::parse`]).
+    pub public_url: String,
     /// Folder holding the console's `pkg/` (wasm, JS, CSS).
     pub site_root: PathBuf,
     /// `pretty` for people, `json` for log collectors.
@@ -159,6 +162,7 @@ impl Default for Config {
             database_url: "sqlite://data/partyflow.db".into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 3000)),
             allow_networks: String::new(),
+            public_url: String::new(),
             site_root: PathBuf::from("site"),
             log_format: LogFormat::Pretty,
             session_idle_minutes: 12 * 60,
@@ -170,7 +174,70 @@ impl Default for Config {
     }
 }
 
+/// The base of every URL the product shows or sends (SPEC D13): incoming-webhook URLs
+/// in the REST API and the console, links in notifications. Built from
+/// `PARTYFLOW_PUBLIC_URL`, never from a request's `Host` header: whoever sends a request
+/// must not choose the URL an admin copies to a sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl(String);
+
+impl PublicUrl {
+    /// An absolute `http`/`https` URL with a host, without credentials, query or
+    /// fragment; a trailing `/` is dropped (a path prefix such as `/partyflow` is kept,
+    /// for a reverse proxy that serves the product below it).
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        let raw = raw.trim();
+        let url =
+            url::Url::parse(raw).map_err(|e| format!("{raw:?} is not an absolute URL ({e})"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("{raw:?} must start with http:// or https://"));
+        }
+        if url.host_str().is_none_or(str::is_empty) {
+            return Err(format!("{raw:?} has no host"));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(format!("{raw:?} must not carry a user name or password"));
+        }
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(format!(
+                "{raw:?} must not have a query (?…) or a fragment (#…)"
+            ));
+        }
+        Ok(Self(url.as_str().trim_end_matches('/').to_owned()))
+    }
+
+    /// `http://{addr}`: the default, the address the server listens on.
+    pub fn for_listener(addr: SocketAddr) -> Self {
+        Self(format!("http://{addr}"))
+    }
+
+    /// The base followed by `path` (which starts with `/`): the one way URLs are made.
+    pub fn join(&self, path: &str) -> String {
+        debug_assert!(path.starts_with('/'), "{path:?} is not an absolute path");
+        format!("{}{path}", self.0)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for PublicUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 impl Config {
+    /// `public_url` checked, or `http://{listening}` when it is empty; `listening` is the
+    /// address actually bound (so `listen = "127.0.0.1:0"` gives the real port).
+    pub fn resolve_public_url(&self, listening: SocketAddr) -> anyhow::Result<PublicUrl> {
+        if self.public_url.trim().is_empty() {
+            return Ok(PublicUrl::for_listener(listening));
+        }
+        PublicUrl::parse(&self.public_url).map_err(|e| anyhow::anyhow!("PARTYFLOW_PUBLIC_URL: {e}"))
+    }
+
     /// Reads the configuration from the file and the process environment.
     pub fn load() -> anyhow::Result<Self> {
         let file = std::env::var("PARTYFLOW_CONFIG").unwrap_or_else(|_| "partyflow.toml".into());
@@ -213,6 +280,71 @@ mod tests {
             assert_eq!(config.database_url, "sqlite://data/partyflow.db");
             Ok(())
         });
+    }
+
+    #[test]
+    fn a_public_url_is_an_absolute_http_url_kept_without_its_trailing_slash() {
+        let ok = |raw: &str| PublicUrl::parse(raw).unwrap().as_str().to_owned();
+        assert_eq!(ok("https://hooks.example.com"), "https://hooks.example.com");
+        assert_eq!(
+            ok("https://hooks.example.com/"),
+            "https://hooks.example.com"
+        );
+        assert_eq!(
+            ok(" HTTPS://Hooks.Example.com:8443/ "),
+            "https://hooks.example.com:8443"
+        );
+        assert_eq!(ok("http://[::1]:3000"), "http://[::1]:3000");
+        assert_eq!(
+            ok("https://example.com/partyflow/"),
+            "https://example.com/partyflow"
+        );
+        for bad in [
+            "hooks.example.com",
+            "/hooks",
+            "ftp://hooks.example.com",
+            "https://hooks.example.com/?a=1",
+            "https://hooks.example.com/#top",
+            "https://user:pw@hooks.example.com",
+            "",
+        ] {
+            assert!(PublicUrl::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn urls_are_the_public_base_and_a_path() {
+        let base = PublicUrl::parse("https://hooks.example.com/").unwrap();
+        assert_eq!(
+            base.join("/hooks/iwh_1/pfh_2"),
+            "https://hooks.example.com/hooks/iwh_1/pfh_2"
+        );
+        let prefixed = PublicUrl::parse("https://example.com/pf").unwrap();
+        assert_eq!(prefixed.join("/hooks/x"), "https://example.com/pf/hooks/x");
+    }
+
+    #[test]
+    fn without_a_public_url_the_base_is_the_address_the_server_listens_on() {
+        let config = Config::default();
+        let bound: SocketAddr = "127.0.0.1:41234".parse().unwrap();
+        assert_eq!(
+            config.resolve_public_url(bound).unwrap().as_str(),
+            "http://127.0.0.1:41234"
+        );
+        let set = Config {
+            public_url: "https://hooks.example.com/".into(),
+            ..Config::default()
+        };
+        assert_eq!(
+            set.resolve_public_url(bound).unwrap().as_str(),
+            "https://hooks.example.com"
+        );
+        let bad = Config {
+            public_url: "hooks.example.com".into(),
+            ..Config::default()
+        };
+        let err = bad.resolve_public_url(bound).unwrap_err().to_string();
+        assert!(err.starts_with("PARTYFLOW_PUBLIC_URL: "), "{err}");
     }
 
     #[test]

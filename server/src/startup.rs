@@ -15,7 +15,7 @@ use tower_http::trace::TraceLayer;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
-use crate::config::Config;
+use crate::config::{Config, PublicUrl};
 use crate::console::{self, sessions::AnyStore};
 use crate::http;
 use crate::storage::{self, Storage};
@@ -33,6 +33,8 @@ pub struct AppState {
     pub console: SharedBackend,
     pub leptos_options: LeptosOptions,
     pub config: Arc<Config>,
+    /// The base of every URL the product shows (`PARTYFLOW_PUBLIC_URL`), never a `Host` header.
+    pub public_url: PublicUrl,
 }
 
 impl axum::extract::FromRef<AppState> for LeptosOptions {
@@ -43,6 +45,8 @@ impl axum::extract::FromRef<AppState> for LeptosOptions {
 
 /// Connects, migrates and serves until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    // A wrong public URL stops the start before anything else happens.
+    config.resolve_public_url(config.listen)?;
     let storage = storage::connect(&config.database_url).await?;
     storage.migrate().await.context("applying migrations")?;
     let listener = TcpListener::bind(config.listen)
@@ -68,6 +72,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
+    let public_url = config.resolve_public_url(addr)?;
     let sessions = AnyStore::for_storage(storage.clone())
         .await
         .context("creating the session store")?;
@@ -95,6 +100,7 @@ pub async fn run(
             storage.clone(),
             engine.waker(),
             shared_config.clone(),
+            public_url.clone(),
             sessions.clone(),
         )),
         wake: engine.waker(),
@@ -103,6 +109,7 @@ pub async fn run(
         storage,
         leptos_options: leptos_options(&config, addr),
         config: shared_config,
+        public_url: public_url.clone(),
     };
     let session_layer = SessionManagerLayer::new(sessions)
         .with_name("partyflow_session")
@@ -113,11 +120,16 @@ pub async fn run(
             config.session_idle_minutes,
         )));
 
+    // Outermost first: the request span, then the request ID (recorded in the span; its
+    // answer header and the logging of failures cover everything inside), then sessions.
     let app = router(state)
         .layer(session_layer)
+        .layer(axum::middleware::from_fn(http::request_id::assign))
         .layer(TraceLayer::new_for_http().make_span_with(request_span));
 
-    tracing::info!(%addr, console = %format!("http://{addr}/"), "PartyFlow Hooks is serving");
+    tracing::info!(%addr, console = %public_url.join("/"), "PartyFlow Hooks is serving");
+    // With the peer address: console sign-in throttling counts per source (`console::throttle`).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await
@@ -137,7 +149,12 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
         Some(rest) => format!("/hooks/{}/…", rest.split('/').next().unwrap_or("")),
         None => path.to_owned(),
     };
-    tracing::info_span!("request", method = %req.method(), path = %shown)
+    tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %shown,
+        request_id = tracing::field::Empty
+    )
 }
 
 fn leptos_options(config: &Config, addr: std::net::SocketAddr) -> LeptosOptions {

@@ -138,7 +138,6 @@ impl Backend {
         &self,
         channel: &str,
         name_: &str,
-        origin: &str,
     ) -> Result<Notice, ConsoleError> {
         let channel_id: ChannelId = parse_id(channel, "channel")?;
         let channel = self
@@ -166,12 +165,15 @@ impl Backend {
             .create_incoming_webhook(&w)
             .await
             .map_err(|e| storage_error(e, "incoming webhook"))?;
-        let origin = origin.trim_end_matches('/');
         Ok(Notice::new(format!(
             "Created the incoming webhook “{}” for #{}.",
             w.name, channel.name
         ))
-        .with_secret("URL", format!("{origin}/hooks/{}/{token}", w.id))
+        .with_secret(
+            "URL",
+            self.public_url
+                .join(&crate::http::hooks::path(w.id, &token)),
+        )
         .with_secret("Token", token))
     }
 

@@ -2,8 +2,9 @@
 //! implementation over storage, the database-backed session store, and the
 //! guard that keeps every console page behind sign-in.
 //!
-//! - this file: [`Backend`], the role rule ([`require_role`]), sign-in with throttling,
-//!   first-run setup, and the sign-in guard for pages;
+//! - this file: [`Backend`], the role rule ([`require_role`]), sign-in, first-run setup,
+//!   and the sign-in guard for pages;
+//! - [`throttle`]: the sign-in throttling rule (per email and source address);
 //! - [`views`]: domain records → the console's wire types;
 //! - [`read`]: what every role may read (deliveries, destinations, notifications, …);
 //! - [`overview`]: the charts' numbers;
@@ -12,6 +13,7 @@
 //! - [`settings`]: the destination form (create and edit) and test events;
 //! - [`users`]: disabling, enabling and deleting users, which ends their sessions.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use app::error::ConsoleError;
@@ -34,12 +36,9 @@ mod overview;
 mod read;
 pub mod sessions;
 mod settings;
+pub mod throttle;
 mod users;
 mod views;
-
-/// Failed sign-ins allowed per email within [`LOGIN_WINDOW_MS`].
-pub const LOGIN_FAILURES_ALLOWED: i64 = 10;
-pub const LOGIN_WINDOW_MS: i64 = 15 * 60 * 1000;
 
 /// The console's view of the server.
 pub struct Backend {
@@ -47,6 +46,8 @@ pub struct Backend {
     /// Wakes the dispatch engine after the console writes deliveries (resend, re-enable).
     wake: Arc<tokio::sync::Notify>,
     config: Arc<crate::config::Config>,
+    /// The base of the URLs the console shows (an incoming webhook's).
+    public_url: crate::config::PublicUrl,
     /// The session store, to end a user's sessions when the user is disabled or deleted.
     sessions: sessions::AnyStore,
 }
@@ -56,12 +57,14 @@ impl Backend {
         storage: Arc<dyn Storage>,
         wake: Arc<tokio::sync::Notify>,
         config: Arc<crate::config::Config>,
+        public_url: crate::config::PublicUrl,
         sessions: sessions::AnyStore,
     ) -> Self {
         Self {
             storage,
             wake,
             config,
+            public_url,
             sessions,
         }
     }
@@ -113,19 +116,43 @@ fn parse_id<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, ConsoleError
 
 #[async_trait::async_trait]
 impl ConsoleBackend for Backend {
-    async fn authenticate(&self, email: &str, password: &str) -> Result<SessionUser, ConsoleError> {
+    async fn authenticate(
+        &self,
+        email: &str,
+        password: &str,
+        peer: IpAddr,
+    ) -> Result<SessionUser, ConsoleError> {
         let email = email.to_lowercase();
-        // Failed sign-ins are counted per email in the database, so the limit holds across instances.
-        let key = format!("console-login:{email}");
+        // Counted per email and source, and per email, in the database (the rule holds
+        // across instances): see `throttle`.
+        let (pair_key, email_key) = throttle::keys(&email, peer);
         let now = now_ms();
-        let failures = self
-            .storage
-            .count_rate_events(&key, LOGIN_WINDOW_MS, now)
-            .await
-            .map_err(internal)?;
-        if failures >= LOGIN_FAILURES_ALLOWED {
-            tracing::warn!("console sign-in throttled");
-            return Err(ConsoleError::Throttled);
+        let failures = throttle::Failures {
+            from_source: self
+                .storage
+                .count_rate_events(&pair_key, throttle::WINDOW_MS, now)
+                .await
+                .map_err(internal)?,
+            everywhere: self
+                .storage
+                .count_rate_events(&email_key, throttle::WINDOW_MS, now)
+                .await
+                .map_err(internal)?,
+        };
+        match throttle::gate(failures) {
+            throttle::Gate::Refuse => {
+                tracing::warn!(source = %throttle::source(peer), "console sign-in throttled");
+                return Err(ConsoleError::Throttled);
+            }
+            throttle::Gate::Check { wait } if !wait.is_zero() => {
+                tracing::info!(
+                    wait_ms = wait.as_millis() as u64,
+                    failures = failures.everywhere,
+                    "console sign-in slowed: many failures for this email"
+                );
+                tokio::time::sleep(wait).await;
+            }
+            throttle::Gate::Check { .. } => {}
         }
         let user = match self.storage.find_user_by_email(&email).await {
             Ok(u) => Some(u),
@@ -151,9 +178,24 @@ impl ConsoleBackend for Backend {
         match user {
             Some(u) if ok && u.disabled_at.is_none() => Ok(session_user(&u)),
             _ => {
+                let now = now_ms();
+                self.storage
+                    .take_rate_slot(
+                        &email_key,
+                        throttle::EMAIL_FAILURES_KEPT,
+                        throttle::WINDOW_MS,
+                        now,
+                    )
+                    .await
+                    .map_err(internal)?;
                 let slot = self
                     .storage
-                    .take_rate_slot(&key, LOGIN_FAILURES_ALLOWED, LOGIN_WINDOW_MS, now)
+                    .take_rate_slot(
+                        &pair_key,
+                        throttle::PAIR_FAILURES_ALLOWED,
+                        throttle::WINDOW_MS,
+                        now,
+                    )
                     .await
                     .map_err(internal)?;
                 Err(match slot {
@@ -364,10 +406,9 @@ impl ConsoleBackend for Backend {
         actor: &SessionUser,
         channel: &str,
         name: &str,
-        origin: &str,
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
-        self.new_incoming_webhook(channel, name, origin).await
+        self.new_incoming_webhook(channel, name).await
     }
 
     async fn space(&self, actor: &SessionUser, id: &str) -> Result<SpaceDetail, ConsoleError> {

@@ -1,12 +1,22 @@
 //! The API's one error type: every failure answers JSON `{"code", "message"}` with
-//! the right status. Internal causes are logged once here and never shown.
+//! the right status. A failure of ours ([`ApiError::Internal`]) answers fixed, generic
+//! words: its cause (a storage error's text may name constraints or quote SQL) travels
+//! in a response extension to [`crate::http::request_id::assign`], which logs it once
+//! with the request ID and adds `requestId` to the body.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
+use std::sync::Arc;
+
+use crate::http::request_id::Failure;
 use crate::storage::StorageError;
+
+/// What a client is told about a failure of ours; the cause is in the log.
+pub const INTERNAL_MESSAGE: &str =
+    "the server failed to handle this request; it was logged under the requestId";
 
 /// The body of every error answer.
 #[derive(Serialize, utoipa::ToSchema)]
@@ -17,6 +27,12 @@ pub struct ErrorBody {
     pub code: String,
     /// What went wrong, for people; it may change between versions.
     pub message: String,
+    /// On failures of the server's own (`internal`): the ID of this request, the same as
+    /// the `x-request-id` answer header; the cause is logged under it. Quote it when
+    /// reporting the failure.
+    #[serde(rename = "requestId", skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, example = "req_01jdqz8x9k5v3w2r1t0m4n6p8q")]
+    pub request_id: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -40,7 +56,7 @@ pub enum ApiError {
     /// 503 with `Retry-After`; the same request may succeed shortly.
     #[error("the service is temporarily unavailable (its database cannot be reached or is full); nothing was changed: try again shortly")]
     Unavailable,
-    #[error("internal error")]
+    #[error("{INTERNAL_MESSAGE}")]
     Internal(#[source] anyhow::Error),
 }
 
@@ -78,10 +94,14 @@ impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> Self {
         match err {
             StorageError::NotFound => ApiError::NotFound("not found".into()),
-            StorageError::Conflict(msg) => ApiError::Conflict {
-                code: "conflict",
-                message: msg,
-            },
+            // The handler expected no conflict here; the database's words stay in the log.
+            StorageError::Conflict(detail) => {
+                tracing::debug!(%detail, "unexpected storage conflict");
+                ApiError::Conflict {
+                    code: "conflict",
+                    message: "the request conflicts with the stored data".into(),
+                }
+            }
             StorageError::Unavailable(why) => {
                 tracing::warn!(error = %why, "database unavailable: answering 503");
                 ApiError::Unavailable
@@ -94,21 +114,31 @@ impl From<StorageError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if let ApiError::Internal(cause) = &self {
-            tracing::error!(error = ?cause, "request failed");
-        }
         let body = ErrorBody {
             code: code.to_owned(),
             message: self.to_string(),
+            request_id: None,
         };
-        let mut response = (status, Json(body)).into_response();
-        if matches!(self, ApiError::Unavailable) {
-            response.headers_mut().insert(
+        let unavailable = matches!(self, ApiError::Unavailable);
+        let failure = match self {
+            ApiError::Internal(cause) => Some(Failure {
+                code,
+                message: INTERNAL_MESSAGE,
+                cause: Arc::new(cause),
+            }),
+            _ => None,
+        };
+        let mut resp = (status, Json(body)).into_response();
+        if let Some(failure) = failure {
+            resp.extensions_mut().insert(failure);
+        }
+        if unavailable {
+            resp.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(UNAVAILABLE_RETRY_AFTER_SECONDS),
             );
         }
-        response
+        resp
     }
 }
 

@@ -22,7 +22,10 @@
 //! is exactly "messages per second", and a sender with a broken payload learns it
 //! at once from a 4xx it must not retry. The replay check (which remembers the
 //! `webhook-id`) comes after the rate limit, so a signed request refused with 429 can
-//! be sent again with the same `webhook-id`.
+//! be sent again with the same `webhook-id`. The `webhook-id` is remembered by the
+//! transaction that writes the message (and its event and deliveries): a request that
+//! fails on our side (a 5xx) remembers nothing, so the sender's retry with the same ID is
+//! accepted, once; after a 2xx the same ID is refused as a replay.
 //!
 //! Every counted failure grows the webhook's streak; the 100th in a row
 //! (`limits.incoming_disable_after`) disables it and notifies admins (storage does
@@ -41,15 +44,21 @@ use crate::clock::now_ms;
 use crate::dispatch::signing::{self, VerifyError};
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::v1::channels::{post_message, MessageBody, MessageView};
+use crate::http::v1::channels::{post_message_once, MessageBody, MessageView};
 use crate::startup::AppState;
-use crate::storage::{Slot, StorageError};
+use crate::storage::{IncomingReplay, Slot, StorageError};
 
 /// How far a `webhook-timestamp` may be from our clock, either way (the Standard
 /// Webhooks default); older signed requests are refused as possible replays.
 pub const SIGNATURE_TOLERANCE_SECS: i64 = 5 * 60;
 /// The rate limits of SPEC §3 and §4 count messages per second.
 pub const RATE_WINDOW_MS: i64 = 1_000;
+
+/// `/hooks/{id}/{token}`: where a sender posts; [`crate::config::PublicUrl::join`] makes
+/// the URL shown to admins from it.
+pub fn path(id: IncomingWebhookId, token: &str) -> String {
+    format!("/hooks/{id}/{token}")
+}
 
 pub fn router() -> Router<AppState> {
     Router::new().route(
@@ -200,7 +209,7 @@ struct SignatureHeaders {
             (`text_too_long`) or has NUL characters (`invalid_text`)", body = ErrorBody),
         (status = 429, description = "Over the webhook's rate (`rate_limited`)", body = ErrorBody,
             headers(("Retry-After" = i64, description = "Seconds to wait"))),
-        (status = 500, description = "The server failed (`internal`)", body = ErrorBody),
+        (status = 500, response = crate::http::v1::openapi::InternalError),
     )
 )]
 async fn receive(
@@ -357,32 +366,28 @@ async fn accept(
         });
     }
 
-    if let Some(msg_id) = signed_id {
-        if !state
-            .storage
-            .remember_incoming_message(webhook.id, &msg_id, now_ms())
-            .await?
-        {
-            return Err(invalid_signature(
-                "this webhook-id was received before; a replayed request is refused",
-            )
-            .into());
-        }
-    }
-
     let channel = state
         .storage
         .get_channel(webhook.space_id, webhook.channel_id)
         .await?;
-    let view = post_message(
+    // The replay check is part of the message's own transaction.
+    let replay = signed_id.as_deref().map(|message_id| IncomingReplay {
+        webhook_id: webhook.id,
+        message_id,
+    });
+    post_message_once(
         state,
         &channel,
         new,
         MessageSourceKind::IncomingWebhook,
         Some(webhook.id.to_string()),
+        replay,
     )
-    .await?;
-    Ok(view)
+    .await?
+    .ok_or_else(|| {
+        invalid_signature("this webhook-id was received before; a replayed request is refused")
+            .into()
+    })
 }
 
 /// Checks the Standard Webhooks headers and returns the `webhook-id` they carry.

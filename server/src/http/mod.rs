@@ -10,6 +10,7 @@ use crate::startup::AppState;
 
 pub mod error;
 pub mod hooks;
+pub mod request_id;
 pub mod v1;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {

@@ -276,6 +276,19 @@ pub struct IncomingEffects {
     pub disabled: bool,
 }
 
+/// A signed incoming request's `webhook-id` (SPEC §3), remembered by the transaction
+/// that writes its message: a request that fails on our side remembers nothing, so the
+/// sender's retry is accepted; one that succeeded makes a replay of it refused.
+#[derive(Debug, Clone, Copy)]
+pub struct IncomingReplay<'a> {
+    pub webhook_id: IncomingWebhookId,
+    pub message_id: &'a str,
+}
+
+/// How long a remembered `webhook-id` is kept: past the signature's timestamp tolerance
+/// (5 minutes either way) a replay is refused for its age anyway.
+pub const REPLAY_MEMORY_MS: i64 = 15 * 60 * 1000;
+
 /// Everything the server keeps, behind one interface for both backends.
 ///
 /// Every method is a single transaction: it either happens entirely or not at all.
@@ -491,13 +504,16 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<(i64, i64)>;
 
     // Messages, incoming webhooks and bots (SPEC §3, §4).
-    /// Stores a message and its `message.created` event with the event's fan-out, in one transaction.
+    /// Stores a message and its `message.created` event with the event's fan-out, in one
+    /// transaction; with `replay`, that transaction also remembers the request's
+    /// `webhook-id`, and `None` (nothing written) answers one that was remembered before.
     async fn post_message(
         &self,
         message: &Message,
         event: &NewEvent,
+        replay: Option<IncomingReplay<'_>>,
         now: UnixMs,
-    ) -> Result<Published>;
+    ) -> Result<Option<Published>>;
     /// Counts an incoming webhook request: a success resets the streak; a failure grows it and,
     /// at `disable_after` in a row, disables the webhook and notifies admins.
     async fn record_incoming_result(
@@ -515,13 +531,6 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         status: IncomingWebhookStatus,
         now: UnixMs,
     ) -> Result<IncomingWebhook>;
-    /// Remembers a signed request's `webhook-id`; false when it was seen before (a replay).
-    async fn remember_incoming_message(
-        &self,
-        id: IncomingWebhookId,
-        message_id: &str,
-        now: UnixMs,
-    ) -> Result<bool>;
     async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId)
         -> Result<()>;
     async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()>;

@@ -724,9 +724,40 @@ macro_rules! impl_storage {
                 Ok(answers)
             }
 
-            async fn post_message(&self, m: &Message, event: &NewEvent, now: UnixMs) -> Result<Published> {
+            async fn post_message(
+                &self,
+                m: &Message,
+                event: &NewEvent,
+                replay: Option<crate::storage::IncomingReplay<'_>>,
+                now: UnixMs,
+            ) -> Result<Option<Published>> {
                 let mut writer = self.writer(&self.pool).await?;
                 let mut tx = writer.begin().await?;
+                if let Some(r) = replay {
+                    // Remembered only if this transaction commits: a failure below forgets it.
+                    // On PostgreSQL a concurrent request with the same ID waits here for
+                    // this one's outcome.
+                    let fresh = sqlx::query(
+                        "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
+                         ON CONFLICT (webhook_id, message_id) DO NOTHING",
+                    )
+                    .bind(r.webhook_id.to_string())
+                    .bind(r.message_id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+                        == 1;
+                    if !fresh {
+                        tx.rollback().await?;
+                        return Ok(None);
+                    }
+                    sqlx::query("DELETE FROM incoming_replays WHERE webhook_id = $1 AND seen_at < $2")
+                        .bind(r.webhook_id.to_string())
+                        .bind(now - crate::storage::REPLAY_MEMORY_MS)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 sqlx::query(
                     "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, source_id, created_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -745,7 +776,7 @@ macro_rules! impl_storage {
                     .await?
                     .ok_or_else(|| StorageError::Conflict("message events carry no idempotency key".into()))?;
                 tx.commit().await?;
-                Ok(published)
+                Ok(Some(published))
             }
 
             async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
@@ -1230,30 +1261,6 @@ macro_rules! impl_storage {
                     return Err(StorageError::NotFound);
                 }
                 self.get_incoming_webhook(id).await
-            }
-
-            async fn remember_incoming_message(&self, id: IncomingWebhookId, message_id: &str, now: UnixMs) -> Result<bool> {
-                let mut writer = self.writer(&self.pool).await?;
-                let mut tx = writer.begin().await?;
-                let fresh = sqlx::query(
-                    "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (webhook_id, message_id) DO NOTHING",
-                )
-                .bind(id.to_string())
-                .bind(message_id)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected()
-                    == 1;
-                // Signatures older than the timestamp tolerance are refused anyway; forget them.
-                sqlx::query("DELETE FROM incoming_replays WHERE webhook_id = $1 AND seen_at < $2")
-                    .bind(id.to_string())
-                    .bind(now - 15 * 60 * 1000)
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(fresh)
             }
 
             async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()> {

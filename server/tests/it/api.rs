@@ -230,3 +230,61 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn a_storage_failure_answers_500_with_a_request_id_and_no_database_text(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        crate::helpers::refuse_inserts(&db.url, "channels", "channels_name_secret_check").await;
+        let resp = reqwest::Client::new()
+            .post(app.api("/channels"))
+            .bearer_auth(app.api_key.as_ref().unwrap())
+            .json(&json!({"name": "general"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 500);
+        let header = resp.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let text = resp.text().await.unwrap();
+        let body: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["code"], "internal", "{body}");
+        assert_eq!(body["requestId"], header.as_str(), "{body}");
+        assert!(header.starts_with("req_"), "{header}");
+        assert!(!body["message"].as_str().unwrap().is_empty());
+        for leak in ["channels", "constraint", "CHECK", "secret_check", "relation", "INSERT", "database"] {
+            assert!(!text.contains(leak), "{leak:?} leaked: {text}");
+        }
+        assert_eq!(body.as_object().unwrap().len(), 3, "code, message, requestId: {body}");
+
+        // The database works again: so does the API.
+        crate::helpers::allow_inserts(&db.url, "channels").await;
+        let (status, _) = app.post("/channels", json!({"name": "general"})).await;
+        assert_eq!(status, 201);
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn every_answer_carries_a_request_id_of_the_servers_own_never_the_clients(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let client = reqwest::Client::new();
+        let mut seen = std::collections::HashSet::new();
+        let answers = [
+            client.get(app.url("/healthz")).header("x-request-id", "forged-id").send().await.unwrap(),
+            client.get(app.api("/events")).bearer_auth(app.api_key.as_ref().unwrap())
+                .header("x-request-id", "forged-id").send().await.unwrap(),
+            client.get(app.api("/events/evt_nope")).header("x-request-id", "forged-id").send().await.unwrap(),
+            client.post(app.url("/hooks/iwh_nope/pfh_nope")).header("x-request-id", "forged-id").send().await.unwrap(),
+            client.get(app.url("/login")).header("x-request-id", "forged-id").send().await.unwrap(),
+        ];
+        for resp in answers {
+            let ids: Vec<_> = resp.headers().get_all("x-request-id").iter().collect();
+            assert_eq!(ids.len(), 1, "{:?}", resp.headers());
+            let id = ids[0].to_str().unwrap().to_owned();
+            assert!(id.starts_with("req_") && id != "forged-id", "{id}");
+            assert!(seen.insert(id), "a new ID per request");
+            let body = resp.text().await.unwrap();
+            assert!(!body.contains("forged-id"), "{body}");
+        }
+        app.stop().await;
+    }
+}

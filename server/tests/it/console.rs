@@ -453,3 +453,116 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn webhook_urls_are_on_the_public_url_whatever_host_the_request_names(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let config = server::config::Config {
+            public_url: "https://hooks.example.com/".into(),
+            ..crate::helpers::test_config(&db.url)
+        };
+        let app = crate::helpers::spawn_app_with_config(&db, config).await.with_space().await;
+        let (_, channel) = app.post("/channels", json!({"name": "alerts"})).await;
+        let channel = channel["id"].as_str().unwrap().to_owned();
+
+        // The REST API, with a forged Host header.
+        let resp = reqwest::Client::new()
+            .post(app.api("/incoming-webhooks"))
+            .bearer_auth(app.api_key.as_ref().unwrap())
+            .header("host", "evil.example.com")
+            .json(&json!({"channelId": channel, "name": "Grafana"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        let w: serde_json::Value = resp.json().await.unwrap();
+        let (id, token) = (w["id"].as_str().unwrap(), w["token"].as_str().unwrap());
+        let url = w["url"].as_str().unwrap();
+        assert_eq!(url, format!("https://hooks.example.com/hooks/{id}/{token}"));
+        // Its path is where senders post on this server.
+        let path = url.strip_prefix("https://hooks.example.com").unwrap();
+        let posted = reqwest::Client::new()
+            .post(app.url(path))
+            .json(&json!({"text": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(posted.status(), 201);
+
+        // The console, with a forged Host header too.
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+        let resp = admin
+            .post(format!("{base}/api/create_incoming_webhook"))
+            .header("host", "evil.example.com")
+            .form(&[("channel", channel.as_str()), ("name", "Sentry")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let notice: serde_json::Value = resp.json().await.unwrap();
+        let secrets = notice["secrets"].as_array().unwrap();
+        let shown = secrets.iter().find(|s| s[0] == "URL").unwrap()[1].as_str().unwrap();
+        assert!(shown.starts_with("https://hooks.example.com/hooks/iwh_"), "{notice}");
+        assert!(!notice.to_string().contains("evil"), "{notice}");
+        app.stop().await;
+    }
+}
+
+/// A browser-like client whose connections come from `ip` (a loopback address), so the
+/// server sees another peer.
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .local_address(std::net::IpAddr::from(ip))
+        .build()
+        .unwrap()
+}
+
+fn location(resp: &reqwest::Response) -> String {
+    resp.headers()["location"].to_str().unwrap().to_owned()
+}
+
+on_both_backends! {
+    async fn wrong_passwords_from_other_addresses_never_lock_the_admin_out_of_their_own(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let app = spawn_app(&db).await;
+        let base = app.url("");
+
+        // Ten wrong passwords from one address: that address is refused, even with the
+        // right password, and a forged X-Forwarded-For changes nothing.
+        let attacker = client_from([127, 0, 0, 2]);
+        for i in 0..10 {
+            let r = sign_in(&attacker, &base, "admin@example.com", &format!("guess {i}")).await;
+            assert!(location(&r).starts_with("/login?error=credentials"), "{i}: {}", location(&r));
+        }
+        let r = sign_in(&attacker, &base, "admin@example.com", PASSWORD).await;
+        assert!(location(&r).starts_with("/login?error=throttled"), "{}", location(&r));
+        let forged = attacker
+            .post(format!("{base}/api/login"))
+            .header("accept", "text/html")
+            .header("x-forwarded-for", "127.0.0.1")
+            .form(&[("email", "admin@example.com"), ("password", PASSWORD), ("next", "/")])
+            .send()
+            .await
+            .unwrap();
+        assert!(location(&forged).starts_with("/login?error=throttled"), "{}", location(&forged));
+
+        // Ten more from a second address: 20 failures for this email in all.
+        let second = client_from([127, 0, 0, 3]);
+        for i in 0..10 {
+            let r = sign_in(&second, &base, "admin@example.com", &format!("guess {i}")).await;
+            assert!(location(&r).starts_with("/login?error=credentials"), "{i}: {}", location(&r));
+        }
+
+        // The admin at their own address signs in, slowed (200 ms after 20 failures), not stopped.
+        let admin = client_from([127, 0, 0, 1]);
+        let started = std::time::Instant::now();
+        let ok = sign_in(&admin, &base, "admin@example.com", PASSWORD).await;
+        assert_eq!(location(&ok), "/");
+        assert!(started.elapsed() >= std::time::Duration::from_millis(200), "{:?}", started.elapsed());
+        assert_eq!(admin.get(app.url("/")).send().await.unwrap().status(), 200);
+        app.stop().await;
+    }
+}

@@ -457,3 +457,64 @@ impl Receiver {
         .await
     }
 }
+
+/// Makes the real database refuse every `INSERT` into `table` with a constraint error
+/// naming `constraint`, until [`allow_inserts`]: a failure of ours, for tests of what
+/// the server answers and keeps when its own write fails. (SQLite: a trigger that
+/// raises; PostgreSQL: a trigger that raises `check_violation`.)
+pub async fn refuse_inserts(db_url: &str, table: &str, constraint: &str) {
+    let trigger = format!("pf_test_refuse_{table}");
+    if db_url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
+        sqlx::query(&format!(
+            "CREATE TRIGGER {trigger} BEFORE INSERT ON {table} \
+             BEGIN SELECT RAISE(ABORT, 'CHECK constraint failed: {constraint}'); END"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    } else {
+        let pool = sqlx::PgPool::connect(db_url).await.unwrap();
+        sqlx::query(&format!(
+            "CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = '{constraint}', \
+             MESSAGE = 'new row for relation \"{table}\" violates check constraint \"{constraint}\"'; \
+             END $$"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(&format!(
+            "CREATE TRIGGER {trigger} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {trigger}()"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    }
+}
+
+/// Undoes [`refuse_inserts`].
+pub async fn allow_inserts(db_url: &str, table: &str) {
+    let trigger = format!("pf_test_refuse_{table}");
+    if db_url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
+        sqlx::query(&format!("DROP TRIGGER {trigger}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    } else {
+        let pool = sqlx::PgPool::connect(db_url).await.unwrap();
+        sqlx::query(&format!("DROP TRIGGER {trigger} ON {table}"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        sqlx::query(&format!("DROP FUNCTION {trigger}()"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+    }
+}

@@ -512,6 +512,64 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    async fn a_senders_retry_after_our_own_failure_is_accepted_once_and_a_true_replay_is_refused(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let p = Project::of(&app);
+        let channel = p.channel("deploys").await;
+        let w = p.webhook(&channel, json!({"signingSecret": true})).await;
+        let (url, id) = (w["url"].as_str().unwrap(), w["id"].as_str().unwrap());
+        let secret = w["signingSecret"].as_str().unwrap();
+        let body = text("deployed");
+        let headers = signed(secret, &body);
+
+        // Our database refuses the message: 500, and the webhook-id is not remembered.
+        crate::helpers::refuse_inserts(&db.url, "messages", "messages_text_check").await;
+        let failed = hook(url, &body, &headers).await;
+        assert_eq!((failed.status, failed.code()), (500, "internal"), "{failed:?}");
+        assert!(failed.json["requestId"].as_str().unwrap().starts_with("req_"));
+        assert_eq!(p.webhook_now(id).await["consecutiveFailures"], 1, "our 5xx counts");
+        crate::helpers::allow_inserts(&db.url, "messages").await;
+
+        // The sender's retry, the same request with the same webhook-id: accepted.
+        let retried = hook(url, &body, &headers).await;
+        assert_eq!(retried.status, 201, "{retried:?}");
+        assert_eq!(p.webhook_now(id).await["consecutiveFailures"], 0);
+        // And again: now it is a replay.
+        let replayed = hook(url, &body, &headers).await;
+        assert_eq!((replayed.status, replayed.code()), (401, "invalid_signature"), "{replayed:?}");
+        assert!(replayed.json["message"].as_str().unwrap().contains("received before"));
+
+        // Exactly one message, with one message.created event.
+        let messages = p.messages(&channel).await;
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert_eq!(messages[0]["text"], "deployed");
+        let (_, events) = p.get("/events").await;
+        let created: Vec<_> = events["data"].as_array().unwrap().iter().filter(|e| e["type"] == "message.created").collect();
+        assert_eq!(created.len(), 1, "{events}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn the_same_signed_request_sent_many_times_at_once_becomes_one_message(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let p = Project::of(&app);
+        let channel = p.channel("deploys").await;
+        let w = p.webhook(&channel, json!({"signingSecret": true})).await;
+        let (url, secret) = (w["url"].as_str().unwrap(), w["signingSecret"].as_str().unwrap());
+        let body = text("once");
+        let headers = signed(secret, &body);
+        let client = reqwest::Client::new();
+        let (answers, _) = burst((0..8).map(|_| request(&client, url, &body, &headers)).collect()).await;
+        let mut statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
+        statuses.sort();
+        assert_eq!(statuses, [201, 401, 401, 401, 401, 401, 401, 401], "{answers:?}");
+        assert_eq!(p.messages(&channel).await.len(), 1);
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
     async fn ninety_nine_failures_then_a_success_reset_the_streak(db) {
         let app = spawn_app(&db).await;
         let p = Project::create(&app, Plan::Free).await;

@@ -25,7 +25,7 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
-use crate::storage::{NewEvent, Published, StorageError};
+use crate::storage::{IncomingReplay, NewEvent, Published, StorageError};
 
 /// The type of the event every new message emits (SPEC §1).
 pub const MESSAGE_CREATED: &str = "message.created";
@@ -165,6 +165,22 @@ pub async fn post_message(
     source_kind: MessageSourceKind,
     source_id: Option<String>,
 ) -> Result<MessageView, ApiError> {
+    let posted = post_message_once(state, channel, new, source_kind, source_id, None).await?;
+    posted.ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!("a message without a webhook-id replayed"))
+    })
+}
+
+/// [`post_message`] that also remembers a signed incoming request's `webhook-id` in the
+/// same transaction; `None` when that ID was remembered before (a replay, nothing written).
+pub async fn post_message_once(
+    state: &AppState,
+    channel: &Channel,
+    new: NewMessage,
+    source_kind: MessageSourceKind,
+    source_id: Option<String>,
+    replay: Option<IncomingReplay<'_>>,
+) -> Result<Option<MessageView>, ApiError> {
     let now = now_ms();
     let message = Message {
         id: MessageId::new(),
@@ -196,12 +212,16 @@ pub async fn post_message(
         idempotency_key: None,
         request_hash: String::new(),
     };
-    if let Published::Created { destinations, .. } =
-        state.storage.post_message(&message, &event, now).await?
+    match state
+        .storage
+        .post_message(&message, &event, replay, now)
+        .await?
     {
-        state.hints.due_now(destinations);
+        None => return Ok(None),
+        Some(Published::Created { destinations, .. }) => state.hints.due_now(destinations),
+        Some(_) => {}
     }
-    Ok(view)
+    Ok(Some(view))
 }
 
 /// A new channel.

@@ -4,7 +4,7 @@
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -25,6 +25,7 @@ use crate::clock::now_ms;
 use crate::dispatch::signing;
 use crate::domain::*;
 use crate::http::error::ApiError;
+use crate::http::hooks;
 use crate::startup::AppState;
 use crate::storage::StorageError;
 
@@ -64,7 +65,8 @@ struct WebhookView {
     id: IncomingWebhookId,
     channel_id: ChannelId,
     name: String,
-    /// Where senders post messages (`…/hooks/{id}/{token}`); only in the answer to its creation.
+    /// Where senders post messages: the server's public URL (`PARTYFLOW_PUBLIC_URL`) +
+    /// `/hooks/{id}/{token}`; only in the answer to its creation.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     url: Option<String>,
@@ -175,17 +177,6 @@ fn check_secret(given: Option<Value>) -> Result<(Option<String>, bool), ApiError
     }
 }
 
-/// `http://{host}/hooks/{id}/{token}` with the host the caller reached us by.
-fn hook_url(headers: &HeaderMap, state: &AppState, id: IncomingWebhookId, token: &str) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .filter(|h| !h.is_empty())
-        .map(str::to_owned)
-        .unwrap_or_else(|| state.config.listen.to_string());
-    format!("http://{host}/hooks/{id}/{token}")
-}
-
 #[utoipa::path(
     post,
     path = "/v1/projects/{project}/incoming-webhooks",
@@ -209,7 +200,6 @@ async fn create(
     State(state): State<AppState>,
     caller: Caller,
     Path(project): Path<String>,
-    headers: HeaderMap,
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<WebhookView>), ApiError> {
     let space_id = caller.space(&project)?;
@@ -241,7 +231,7 @@ async fn create(
     };
     state.storage.create_incoming_webhook(&webhook).await?;
     let mut v = view(&webhook, rate_of(&state, space_id).await?);
-    v.url = Some(hook_url(&headers, &state, webhook.id, &token));
+    v.url = Some(state.public_url.join(&hooks::path(webhook.id, &token)));
     v.token = Some(token);
     if generated {
         v.signing_secret = webhook.signing_secret.clone();

@@ -16,6 +16,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use serde_json::json;
+use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -49,7 +50,9 @@ pub fn router() -> Router<AppState> {
             camelCase fields and RFC 3339 times. Listings are keyset-paginated, newest first: pass \
             the answer's `nextCursor` as `cursor` for the next page; it is `null` on the last page. \
             A cursor belongs to one listing of one project; any other answers 422 `invalid_cursor`. \
-            Every error answers `{\"code\", \"message\"}` with its HTTP status.",
+            Every error answers `{\"code\", \"message\"}` with its HTTP status; a failure of the \
+            server's own (500 `internal`) adds `requestId`. Every answer carries an `x-request-id` \
+            header with the ID the server gave the request (one sent by the client is not used).",
     ),
     paths(
         destinations::create,
@@ -295,7 +298,33 @@ error_responses! {
     Unprocessable => "Valid JSON of the wrong shape, with an unknown field, or a value out of range \
         (`invalid_body`, `invalid_query`, `invalid_limit`, `invalid_cursor`, `invalid_filter`, or a \
         code naming the rule, such as `invalid_url`).";
-    InternalError => "The server failed (`internal`); the cause is logged, not shown.";
+}
+
+/// `500 internal`: the body's `requestId` and the `x-request-id` header name the log line
+/// that holds the cause.
+pub struct InternalError;
+
+impl<'r> ToResponse<'r> for InternalError {
+    fn response() -> (&'r str, RefOr<Response>) {
+        let mut response = error_response(
+            "The server failed (`internal`). The cause is logged, never shown; the body's \
+             `requestId` (the same as the `x-request-id` header) names the log line.",
+        );
+        response.headers.insert(
+            "x-request-id".into(),
+            HeaderBuilder::new()
+                .schema(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .pattern(Some("^req_[0-7][0-9a-hjkmnp-tv-z]{25}$")),
+                )
+                .description(Some(
+                    "The ID the server gave this request (on every answer).",
+                ))
+                .build(),
+        );
+        ("InternalError", response.into())
+    }
 }
 
 /// A JSON error answer with this description.
