@@ -49,6 +49,8 @@ pub struct Backend {
     config: Arc<crate::config::Config>,
     /// The session store, to end a user's sessions when the user is disabled or deleted.
     sessions: sessions::AnyStore,
+    /// Where transformations are checked before a destination is saved.
+    sandbox: crate::sandbox::Sandbox,
 }
 
 impl Backend {
@@ -57,12 +59,14 @@ impl Backend {
         wake: Arc<tokio::sync::Notify>,
         config: Arc<crate::config::Config>,
         sessions: sessions::AnyStore,
+        sandbox: crate::sandbox::Sandbox,
     ) -> Self {
         Self {
             storage,
             wake,
             config,
             sessions,
+            sandbox,
         }
     }
 }
