@@ -315,14 +315,24 @@ mod tests {
 
     #[tokio::test]
     async fn a_new_destination_takes_the_defaults_and_refuses_bad_settings() {
-        let d = create(SpaceId::new(), new("https://example.com/hook"), 1, &InProcess)
-            .await
-            .unwrap();
+        let d = create(
+            SpaceId::new(),
+            new("https://example.com/hook"),
+            1,
+            &InProcess,
+        )
+        .await
+        .unwrap();
         assert_eq!((d.max_attempts, d.timeout_seconds), (8, 30));
         assert!(d.secret.starts_with("whsec_"));
         assert_eq!(d.retry_policy["preset"], "partyflow");
 
-        let code = |s: NewSettings| async { create(SpaceId::new(), s, 1, &InProcess).await.unwrap_err().code };
+        let code = |s: NewSettings| async {
+            create(SpaceId::new(), s, 1, &InProcess)
+                .await
+                .unwrap_err()
+                .code
+        };
         assert_eq!(code(new("ftp://example.com")).await, "invalid_url");
         assert_eq!(
             code(NewSettings {

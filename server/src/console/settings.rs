@@ -327,9 +327,14 @@ mod tests {
     }
 
     async fn create(f: &DestinationForm) -> Result<Destination, ConsoleError> {
-        destinations::create(SpaceId::new(), new_settings(f)?, 1, &destinations::InProcess)
-            .await
-            .map_err(refused)
+        destinations::create(
+            SpaceId::new(),
+            new_settings(f)?,
+            1,
+            &destinations::InProcess,
+        )
+        .await
+        .map_err(refused)
     }
 
     #[tokio::test]
@@ -362,7 +367,9 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         };
-        assert!(refusal(form("ftp://example.com")).await.starts_with("URL: "));
+        assert!(refusal(form("ftp://example.com"))
+            .await
+            .starts_with("URL: "));
         let m = refusal(DestinationForm {
             max_attempts: "21".into(),
             ..form("https://example.com")
@@ -415,9 +422,14 @@ mod tests {
 
         // Saving the form unchanged changes nothing.
         let mut again = d.clone();
-        destinations::apply(&mut again, changes(&shown).unwrap(), 1, &destinations::InProcess)
-            .await
-            .unwrap();
+        destinations::apply(
+            &mut again,
+            changes(&shown).unwrap(),
+            1,
+            &destinations::InProcess,
+        )
+        .await
+        .unwrap();
         assert_eq!(again, d);
 
         // Another preset with the fields emptied takes that preset's values.
@@ -428,9 +440,14 @@ mod tests {
             rate_count: String::new(),
             ..shown
         };
-        destinations::apply(&mut again, changes(&switched).unwrap(), 2, &destinations::InProcess)
-            .await
-            .unwrap();
+        destinations::apply(
+            &mut again,
+            changes(&switched).unwrap(),
+            2,
+            &destinations::InProcess,
+        )
+        .await
+        .unwrap();
         assert_eq!(again.max_attempts, 6);
         assert_eq!(again.retry_policy["initialMs"], 30_000);
         assert_eq!(again.rate_limit, None);

@@ -16,9 +16,9 @@ use tokio_util::task::TaskTracker;
 use super::retry::{Decision, RetryPolicy};
 use super::transform::TransformError;
 use super::{classify, retry_after, signing, ssrf};
-use crate::sandbox::Sandbox;
 use crate::clock::now_ms;
 use crate::domain::*;
+use crate::sandbox::Sandbox;
 use std::sync::atomic::Ordering;
 
 use crate::storage::{
@@ -641,7 +641,9 @@ impl Engine {
             Some(program) => {
                 let result = match serde_json::value::RawValue::from_string(payload.clone()) {
                     Ok(input) => self.sandbox.run(program, &input).await,
-                    Err(e) => Err(TransformError::Runtime(format!("the payload is not JSON: {e}"))),
+                    Err(e) => Err(TransformError::Runtime(format!(
+                        "the payload is not JSON: {e}"
+                    ))),
                 };
                 match result {
                     Ok(output) => output,

@@ -184,8 +184,8 @@ pub fn compile(program: &str) -> Result<Transform, TransformError> {
 /// stack (the sandbox's worker thread does).
 pub fn compile_on_this_thread(program: &str) -> Result<Transform, TransformError> {
     check_size(program)?;
-    let compiled = panic::catch_unwind(AssertUnwindSafe(|| compile_here(program)))
-        .unwrap_or_else(|_| {
+    let compiled =
+        panic::catch_unwind(AssertUnwindSafe(|| compile_here(program))).unwrap_or_else(|_| {
             Err(TransformError::Compile(
                 "the jq compiler failed on this program".into(),
             ))
@@ -1032,7 +1032,10 @@ mod tests {
 
     #[test]
     fn output_is_json_text_of_at_most_a_mebibyte() {
-        assert_eq!(to_bounded_json(&json!({"a": [1, "x"]})).unwrap(), r#"{"a":[1,"x"]}"#);
+        assert_eq!(
+            to_bounded_json(&json!({"a": [1, "x"]})).unwrap(),
+            r#"{"a":[1,"x"]}"#
+        );
         let big = json!("x".repeat(MAX_OUTPUT_BYTES));
         assert_eq!(to_bounded_json(&big), Err(TransformError::OutputTooLarge));
     }

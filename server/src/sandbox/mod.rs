@@ -90,7 +90,6 @@ struct Pool {
     idle: Mutex<Vec<Worker>>,
 }
 
-
 impl Sandbox {
     /// Starts the pool and its first workers (in the background: the first
     /// requests wait for them).
@@ -131,7 +130,11 @@ impl Sandbox {
     /// Checks that `program` compiles, in a worker (a program that crashes the
     /// compiler fails here, not in the server).
     pub async fn check(&self, program: &str) -> Result<(), TransformError> {
-        match self.pool.call(&Request::Compile { program }, self.timeout()).await? {
+        match self
+            .pool
+            .call(&Request::compile(program), self.timeout())
+            .await?
+        {
             Response::Compiled => Ok(()),
             Response::Failed(e) => Err(e),
             Response::Output(_) => Err(nonsense()),
@@ -142,11 +145,7 @@ impl Sandbox {
     /// JSON text, within [`Sandbox::timeout`].
     pub async fn run(&self, program: &str, input: &RawValue) -> Result<String, TransformError> {
         let limit = self.timeout();
-        let request = Request::Run {
-            program,
-            input,
-            limit_ms: limit.as_millis() as u64,
-        };
+        let request = Request::run(program, input, limit.as_millis() as u64);
         match self.pool.call(&request, limit).await? {
             Response::Output(output) => Ok(String::from(Box::<str>::from(output))),
             Response::Failed(e) => Err(e),
@@ -174,7 +173,11 @@ fn nonsense() -> TransformError {
 }
 
 impl Pool {
-    async fn call(self: &Arc<Self>, request: &Request<'_>, limit: Duration) -> Result<Response, TransformError> {
+    async fn call(
+        self: &Arc<Self>,
+        request: &Request<'_>,
+        limit: Duration,
+    ) -> Result<Response, TransformError> {
         let body = serde_json::to_vec(request)
             .map_err(|e| TransformError::Runtime(format!("the request cannot be sent: {e}")))?;
         let _permit = self
@@ -194,7 +197,10 @@ impl Pool {
         let answer = tokio::time::timeout(limit + KILL_GRACE, worker.exchange(&body)).await;
         let failure = match answer {
             Ok(Ok(response)) => {
-                self.idle.lock().unwrap_or_else(|p| p.into_inner()).push(worker);
+                self.idle
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(worker);
                 return Ok(response);
             }
             Ok(Err(_)) => worker.cause_of_death(&self.settings).await,
@@ -276,7 +282,8 @@ struct Worker {
 
 impl Worker {
     async fn exchange(&mut self, body: &[u8]) -> std::io::Result<Response> {
-        let len = u32::try_from(body.len()).map_err(|_| std::io::Error::other("request too large"))?;
+        let len =
+            u32::try_from(body.len()).map_err(|_| std::io::Error::other("request too large"))?;
         self.stdin.write_all(&len.to_le_bytes()).await?;
         self.stdin.write_all(body).await?;
         self.stdin.flush().await?;
@@ -330,14 +337,12 @@ fn cause_of_death(
     settings: &Settings,
 ) -> TransformError {
     const SIGXCPU: i32 = 24;
-    const SIGKILL: i32 = 9;
     if stderr.contains("memory allocation of") || stderr.contains("out of memory") {
         return TransformError::Memory {
             limit_mib: settings.memory_mib,
         };
     }
-    if signal == Some(SIGXCPU) || signal == Some(SIGKILL) && stderr.is_empty() {
-        // SIGKILL without words: the CPU hard limit (the pool kills only on timeout).
+    if signal == Some(SIGXCPU) {
         return TransformError::Cpu {
             limit_seconds: settings.cpu_seconds.max(1),
         };
@@ -371,7 +376,8 @@ mod tests {
             cause_of_death(Some(24), None, "", &s).to_string(),
             "the jq program used more than 2 s of CPU time"
         );
-        let overflow = "\nthread 'sandbox' has overflowed its stack\nfatal runtime error: stack overflow\n";
+        let overflow =
+            "\nthread 'sandbox' has overflowed its stack\nfatal runtime error: stack overflow\n";
         assert_eq!(
             cause_of_death(Some(6), None, overflow, &s).to_string(),
             "the jq program crashed its sandbox (stack overflow)"

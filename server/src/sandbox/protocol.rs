@@ -3,6 +3,7 @@
 //! of JSON. One request, then one response; nothing else is ever written to the
 //! pipes, so a worker that dies mid-answer shows as a short read.
 
+use std::borrow::Cow;
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
@@ -17,19 +18,49 @@ pub const MAX_REQUEST_BYTES: usize = 64 << 20;
 /// The largest response the server reads: an output, escaped, and a message.
 pub const MAX_RESPONSE_BYTES: usize = 2 * MAX_OUTPUT_BYTES + MAX_PROGRAM_BYTES;
 
+/// One request. A plain struct, not a tagged enum: serde buffers tagged enums,
+/// and the payload is passed through as raw JSON text without being parsed here.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase")]
-pub enum Request<'a> {
-    /// Compile `program` (and keep it for later runs); answers [`Response::Compiled`].
-    Compile { program: &'a str },
-    /// Run `program` on `input` for at most `limit_ms`; answers [`Response::Output`].
-    #[serde(rename_all = "camelCase")]
-    Run {
-        program: &'a str,
-        #[serde(borrow)]
-        input: &'a RawValue,
-        limit_ms: u64,
-    },
+#[serde(rename_all = "camelCase")]
+pub struct Request<'a> {
+    pub op: Op,
+    #[serde(borrow)]
+    pub program: Cow<'a, str>,
+    /// The payload, for [`Op::Run`].
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<&'a RawValue>,
+    /// The wall-clock bound, for [`Op::Run`].
+    #[serde(default)]
+    pub limit_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Op {
+    /// Compile the program (and keep it for later runs); answers [`Response::Compiled`].
+    Compile,
+    /// Run the program on the input; answers [`Response::Output`].
+    Run,
+}
+
+impl<'a> Request<'a> {
+    pub fn compile(program: &'a str) -> Self {
+        Self {
+            op: Op::Compile,
+            program: Cow::Borrowed(program),
+            input: None,
+            limit_ms: 0,
+        }
+    }
+
+    pub fn run(program: &'a str, input: &'a RawValue, limit_ms: u64) -> Self {
+        Self {
+            op: Op::Run,
+            program: Cow::Borrowed(program),
+            input: Some(input),
+            limit_ms,
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -81,12 +112,12 @@ mod tests {
     #[test]
     fn a_frame_reads_back_as_written_and_the_end_is_not_an_error() {
         let mut pipe = Vec::new();
-        write_frame(&mut pipe, b"{\"op\":\"compile\",\"program\":\".\"}").unwrap();
+        write_frame(&mut pipe, br#"{"op":"compile","program":"."}"#).unwrap();
         write_frame(&mut pipe, b"").unwrap();
         let mut reader = &pipe[..];
         let first = read_frame(&mut reader, 1024).unwrap().unwrap();
         let request: Request = serde_json::from_slice(&first).unwrap();
-        assert!(matches!(request, Request::Compile { program: "." }));
+        assert_eq!((request.op, &*request.program), (Op::Compile, "."));
         assert_eq!(read_frame(&mut reader, 1024).unwrap(), Some(vec![]));
         assert_eq!(read_frame(&mut reader, 1024).unwrap(), None);
     }
@@ -102,18 +133,21 @@ mod tests {
     #[test]
     fn a_run_request_carries_the_payload_as_it_is() {
         let input = RawValue::from_string(r#"{"a": [1, 2.50]}"#.into()).unwrap();
-        let request = Request::Run {
-            program: ".a",
-            input: &input,
-            limit_ms: 1000,
-        };
+        let request = Request::run(r#"."a\"b""#, &input, 1000);
         let text = serde_json::to_string(&request).unwrap();
         assert_eq!(
             text,
-            r#"{"op":"run","program":".a","input":{"a": [1, 2.50]},"limitMs":1000}"#
+            r#"{"op":"run","program":".\"a\\\"b\"","input":{"a": [1, 2.50]},"limitMs":1000}"#
         );
+        let back: Request = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.program, r#"."a\"b""#);
+        assert_eq!(back.input.unwrap().get(), r#"{"a": [1, 2.50]}"#);
         let failed = Response::Failed(TransformError::Memory { limit_mib: 256 });
-        let back: Response = serde_json::from_str(&serde_json::to_string(&failed).unwrap()).unwrap();
-        assert!(matches!(back, Response::Failed(TransformError::Memory { limit_mib: 256 })));
+        let back: Response =
+            serde_json::from_str(&serde_json::to_string(&failed).unwrap()).unwrap();
+        assert!(matches!(
+            back,
+            Response::Failed(TransformError::Memory { limit_mib: 256 })
+        ));
     }
 }

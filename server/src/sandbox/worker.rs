@@ -8,7 +8,7 @@
 //!   (`RLIMIT_AS`); an allocation past it fails, Rust aborts the process, and
 //!   the pool reads "memory allocation of … failed" on stderr;
 //! - CPU time: before each request, the time used so far plus the limit
-//!   (`RLIMIT_CPU`; the kernel sends SIGXCPU, then SIGKILL a second later);
+//!   (the soft `RLIMIT_CPU`; the kernel sends SIGXCPU, which ends the process);
 //! - no files written (`RLIMIT_FSIZE` 0), no core dumps (`RLIMIT_CORE` 0), no
 //!   new descriptors beyond a handful (`RLIMIT_NOFILE`), no privileges gained
 //!   through exec (`PR_SET_NO_NEW_PRIVS`), and death with the server
@@ -25,7 +25,7 @@ use std::time::Duration;
 use rustix::process::{Resource, Rlimit};
 use serde_json::value::RawValue;
 
-use super::protocol::{read_frame, write_frame, Request, Response, MAX_REQUEST_BYTES};
+use super::protocol::{read_frame, write_frame, Op, Request, Response, MAX_REQUEST_BYTES};
 use crate::dispatch::transform::{self, Transform, TransformError};
 
 /// Compiled programs kept per worker; the cache starts over when full.
@@ -95,20 +95,14 @@ fn serve(memory_bytes: u64, cpu_seconds: u64) -> io::Result<()> {
 }
 
 fn answer(cache: &mut HashMap<String, Transform>, request: Request<'_>) -> Response {
-    match request {
-        Request::Compile { program } => match compiled(cache, program) {
-            Ok(_) => Response::Compiled,
-            Err(e) => Response::Failed(e),
-        },
-        Request::Run {
-            program,
-            input,
-            limit_ms,
-        } => match run(cache, program, input, limit_ms) {
-            Ok(output) => Response::Output(output),
-            Err(e) => Response::Failed(e),
-        },
-    }
+    let result = match (request.op, request.input) {
+        (Op::Compile, _) => compiled(cache, &request.program).map(|_| Response::Compiled),
+        (Op::Run, Some(input)) => {
+            run(cache, &request.program, input, request.limit_ms).map(Response::Output)
+        }
+        (Op::Run, None) => Err(TransformError::Runtime("no input to run on".into())),
+    };
+    result.unwrap_or_else(Response::Failed)
 }
 
 fn run(
@@ -156,16 +150,18 @@ fn confine(memory_bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// The CPU time this request may use: what was used so far plus the limit. The
-/// hard limit stays a second above, so the soft one can move up again.
+/// The CPU time this request may use: what was used so far plus the limit. Only
+/// the soft limit moves (SIGXCPU ends the process; nothing here catches it): a
+/// hard limit can be lowered but never raised again without privileges.
 fn limit_cpu(cpu_seconds: u64) -> io::Result<()> {
     let used = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     let soft = used.tv_sec as u64 + 1 + cpu_seconds;
+    let hard = rustix::process::getrlimit(Resource::Cpu).maximum;
     rustix::process::setrlimit(
         Resource::Cpu,
         Rlimit {
-            current: Some(soft),
-            maximum: Some(soft + 1),
+            current: Some(hard.map_or(soft, |h| soft.min(h))),
+            maximum: hard,
         },
     )?;
     Ok(())

@@ -16,6 +16,7 @@ mod listing;
 mod openapi;
 mod resend;
 mod retry_after;
+mod sandbox;
 mod schedule;
 mod standard_webhooks;
 mod storage;
