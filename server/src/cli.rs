@@ -84,6 +84,11 @@ impl clap::ValueEnum for Role {
 }
 
 pub fn main() -> ExitCode {
+    // A sandbox worker (started by the server itself, never by people) needs
+    // nothing of the rest: no configuration, no runtime, no environment.
+    if let Some(code) = crate::sandbox::worker::run_if_asked() {
+        return code;
+    }
     let cli = Cli::parse();
     let config = match Config::load() {
         Ok(c) => c,

@@ -35,6 +35,8 @@ pub struct Config {
     pub dispatch: DispatchConfig,
     /// Rate limits and auto-disable thresholds (`[limits]`, or `PARTYFLOW_LIMITS__…`).
     pub limits: LimitsConfig,
+    /// Where tenants' programs run (`[sandbox]`, or `PARTYFLOW_SANDBOX__…`).
+    pub sandbox: crate::sandbox::Settings,
 }
 
 /// One number per plan.
@@ -170,6 +172,7 @@ impl Default for Config {
             secure_cookies: false,
             dispatch: DispatchConfig::default(),
             limits: LimitsConfig::default(),
+            sandbox: crate::sandbox::Settings::default(),
         }
     }
 }

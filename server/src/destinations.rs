@@ -10,9 +10,25 @@
 
 use serde_json::Value;
 
-use crate::dispatch::transform;
+use crate::dispatch::transform::TransformError;
 use crate::dispatch::{retry::RetryPolicy, signing};
 use crate::domain::*;
+use crate::sandbox::Sandbox;
+
+/// What checks that a transformation compiles: in the server, the sandbox (a
+/// program that crashes the compiler ends a worker, not the server).
+pub trait ProgramCheck: Sync {
+    fn check(
+        &self,
+        program: &str,
+    ) -> impl std::future::Future<Output = Result<(), TransformError>> + Send;
+}
+
+impl ProgramCheck for Sandbox {
+    async fn check(&self, program: &str) -> Result<(), TransformError> {
+        Sandbox::check(self, program).await
+    }
+}
 
 /// How long the old secret keeps signing after a rotation.
 pub const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
@@ -75,10 +91,11 @@ pub struct Changes {
 }
 
 /// Checks every setting and makes the destination, with a new signing secret.
-pub fn create(
+pub async fn create(
     space_id: SpaceId,
     s: NewSettings,
     now: UnixMs,
+    programs: &impl ProgramCheck,
 ) -> Result<Destination, SettingsError> {
     let policy = check_policy(s.retry_policy.as_ref(), s.max_attempts)?;
     Ok(Destination {
@@ -94,7 +111,7 @@ pub fn create(
         max_attempts: i64::from(policy.max_attempts),
         timeout_seconds: check_timeout(s.timeout_seconds)?,
         retry_policy: policy.to_json(),
-        transformation: check_transformation(s.transformation)?,
+        transformation: check_transformation(s.transformation, programs).await?,
         status: DestinationStatus::Active,
         consecutive_dead_letters: 0,
         skipped_events: 0,
@@ -105,7 +122,12 @@ pub fn create(
 }
 
 /// Checks the changes and applies them to `d`; on a refusal `d` is left as it was.
-pub fn apply(d: &mut Destination, c: Changes, now: UnixMs) -> Result<(), SettingsError> {
+pub async fn apply(
+    d: &mut Destination,
+    c: Changes,
+    now: UnixMs,
+    programs: &impl ProgramCheck,
+) -> Result<(), SettingsError> {
     let mut next = d.clone();
     if let Some(url) = c.url {
         next.url = check_url(&url)?;
@@ -135,7 +157,7 @@ pub fn apply(d: &mut Destination, c: Changes, now: UnixMs) -> Result<(), Setting
         next.retry_policy = policy.to_json();
     }
     if let Some(program) = c.transformation {
-        next.transformation = check_transformation(program)?;
+        next.transformation = check_transformation(program, programs).await?;
     }
     next.updated_at = now;
     *d = next;
@@ -233,14 +255,17 @@ fn check_policy(
         .map_err(|e| refuse("invalid_retry_policy", "Retry policy", e.to_string()))
 }
 
-fn check_transformation(program: Option<String>) -> Result<Option<String>, SettingsError> {
+async fn check_transformation(
+    program: Option<String>,
+    programs: &impl ProgramCheck,
+) -> Result<Option<String>, SettingsError> {
     let bad = |message: String| refuse("invalid_transformation", "Transformation", message);
     match program {
         None => Ok(None),
         Some(p) if p.trim().is_empty() => Ok(None),
         Some(p) if p.contains('\0') => Err(bad("the program must not contain NUL".into())),
         Some(p) => {
-            transform::compile(&p).map_err(|e| bad(e.to_string()))?;
+            programs.check(&p).await.map_err(|e| bad(e.to_string()))?;
             Ok(Some(p))
         }
     }
@@ -265,6 +290,18 @@ fn check_description(d: Option<String>) -> Result<String, SettingsError> {
     Ok(d)
 }
 
+/// The real compiler, in-process: for unit tests, which cannot start sandbox
+/// workers (the integration tests and the server always use the sandbox).
+#[cfg(test)]
+pub(crate) struct InProcess;
+
+#[cfg(test)]
+impl ProgramCheck for InProcess {
+    async fn check(&self, program: &str) -> Result<(), TransformError> {
+        crate::dispatch::transform::compile(program).map(|_| ())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,27 +313,41 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_new_destination_takes_the_defaults_and_refuses_bad_settings() {
-        let d = create(SpaceId::new(), new("https://example.com/hook"), 1).unwrap();
+    #[tokio::test]
+    async fn a_new_destination_takes_the_defaults_and_refuses_bad_settings() {
+        let d = create(
+            SpaceId::new(),
+            new("https://example.com/hook"),
+            1,
+            &InProcess,
+        )
+        .await
+        .unwrap();
         assert_eq!((d.max_attempts, d.timeout_seconds), (8, 30));
         assert!(d.secret.starts_with("whsec_"));
         assert_eq!(d.retry_policy["preset"], "partyflow");
 
-        let code = |s: NewSettings| create(SpaceId::new(), s, 1).unwrap_err().code;
-        assert_eq!(code(new("ftp://example.com")), "invalid_url");
+        let code = |s: NewSettings| async {
+            create(SpaceId::new(), s, 1, &InProcess)
+                .await
+                .unwrap_err()
+                .code
+        };
+        assert_eq!(code(new("ftp://example.com")).await, "invalid_url");
         assert_eq!(
             code(NewSettings {
                 event_types: Some(vec!["bad type!".into()]),
                 ..new("https://example.com")
-            }),
+            })
+            .await,
             "invalid_event_type"
         );
         assert_eq!(
             code(NewSettings {
                 max_attempts: Some(21),
                 ..new("https://example.com")
-            }),
+            })
+            .await,
             "invalid_retry_policy"
         );
         let e = create(
@@ -306,7 +357,9 @@ mod tests {
                 ..new("https://example.com")
             },
             1,
+            &InProcess,
         )
+        .await
         .unwrap_err();
         assert_eq!(
             (e.code, e.setting),
@@ -315,8 +368,8 @@ mod tests {
         assert!(e.message.contains("does not compile"), "{}", e.message);
     }
 
-    #[test]
-    fn changes_apply_all_or_nothing_and_can_clear_settings() {
+    #[tokio::test]
+    async fn changes_apply_all_or_nothing_and_can_clear_settings() {
         let mut d = create(
             SpaceId::new(),
             NewSettings {
@@ -329,7 +382,9 @@ mod tests {
                 ..new("https://example.com/a")
             },
             1,
+            &InProcess,
         )
+        .await
         .unwrap();
         let before = d.clone();
         let refused = apply(
@@ -340,7 +395,9 @@ mod tests {
                 ..Default::default()
             },
             2,
-        );
+            &InProcess,
+        )
+        .await;
         assert_eq!(refused.unwrap_err().code, "invalid_timeout");
         assert_eq!(d, before, "nothing changed");
 
@@ -352,7 +409,9 @@ mod tests {
                 ..Default::default()
             },
             2,
+            &InProcess,
         )
+        .await
         .unwrap();
         assert_eq!(d.max_attempts, 3);
         apply(
@@ -366,7 +425,9 @@ mod tests {
                 ..Default::default()
             },
             3,
+            &InProcess,
         )
+        .await
         .unwrap();
         assert_eq!(d.url, "https://example.com/b");
         assert_eq!(d.rate_limit, None);

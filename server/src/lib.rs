@@ -8,6 +8,7 @@
 //! - [`config`]: settings from the defaults, a TOML file and `PARTYFLOW_*` variables.
 //! - [`http`]: the axum routers: health, the REST API (`http::v1`), and the JSON error type.
 //! - [`console`]: what the Leptos console needs from the server (sessions, the console port).
+//! - [`sandbox`]: the worker processes that run tenants' jq programs under memory and CPU limits.
 //! - [`startup`]: wires it all together and serves until a shutdown signal.
 //! - [`cli`]: the `partyflow` command line.
 
@@ -21,6 +22,7 @@ pub mod destinations;
 pub mod dispatch;
 pub mod domain;
 pub mod http;
+pub mod sandbox;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;

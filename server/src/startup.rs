@@ -31,6 +31,8 @@ pub struct AppState {
     /// Publishes, committed in groups.
     pub publisher: crate::storage::group_commit::Publisher,
     pub console: SharedBackend,
+    /// Where tenants' programs (transformations) are checked and run.
+    pub sandbox: crate::sandbox::Sandbox,
     pub leptos_options: LeptosOptions,
     pub config: Arc<Config>,
     /// The base of every URL the product shows (`PARTYFLOW_PUBLIC_URL`), never a `Host` header.
@@ -84,9 +86,11 @@ pub async fn run(
 
     let network = crate::dispatch::ssrf::NetworkPolicy::parse(&config.allow_networks)
         .map_err(|e| anyhow::anyhow!("PARTYFLOW_ALLOW_NETWORKS: {e}"))?;
+    let sandbox = crate::sandbox::Sandbox::start(config.sandbox.clone())?;
     let engine = Arc::new(crate::dispatch::engine::Engine::new(
         storage.clone(),
         network,
+        sandbox.clone(),
         config.dispatch.settings(&config.limits),
     )?);
     let engine_task = config
@@ -102,7 +106,9 @@ pub async fn run(
             shared_config.clone(),
             public_url.clone(),
             sessions.clone(),
+            sandbox.clone(),
         )),
+        sandbox,
         wake: engine.waker(),
         hints: engine.hints(),
         publisher: crate::storage::group_commit::Publisher::start(storage.clone()),

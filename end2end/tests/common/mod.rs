@@ -230,6 +230,23 @@ pub async fn start_server() -> Server {
     start_server_with(|_| {}).await
 }
 
+/// The `partyflow` binary cargo built beside this test (in `target/<profile>/`):
+/// the server's sandbox workers are started from it.
+fn partyflow_binary() -> std::path::PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = test
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps/<test>");
+    let binary = profile_dir.join("partyflow");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the server first (cargo build -p server)",
+        binary.display()
+    );
+    binary
+}
+
 pub async fn start_server_with(tweak: impl FnOnce(&mut Config)) -> Server {
     start(true, tweak).await
 }
@@ -275,6 +292,10 @@ async fn start(with_users: bool, tweak: impl FnOnce(&mut Config)) -> Server {
         },
         limits: LimitsConfig {
             destination_in_flight: 1,
+            ..Default::default()
+        },
+        sandbox: server::sandbox::Settings {
+            worker_program: Some(partyflow_binary()),
             ..Default::default()
         },
         ..Default::default()

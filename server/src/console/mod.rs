@@ -50,6 +50,8 @@ pub struct Backend {
     public_url: crate::config::PublicUrl,
     /// The session store, to end a user's sessions when the user is disabled or deleted.
     sessions: sessions::AnyStore,
+    /// Where transformations are checked before a destination is saved.
+    sandbox: crate::sandbox::Sandbox,
 }
 
 impl Backend {
@@ -59,6 +61,7 @@ impl Backend {
         config: Arc<crate::config::Config>,
         public_url: crate::config::PublicUrl,
         sessions: sessions::AnyStore,
+        sandbox: crate::sandbox::Sandbox,
     ) -> Self {
         Self {
             storage,
@@ -66,6 +69,7 @@ impl Backend {
             config,
             public_url,
             sessions,
+            sandbox,
         }
     }
 }

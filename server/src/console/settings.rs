@@ -212,7 +212,9 @@ impl Backend {
         f: &DestinationForm,
     ) -> Result<Notice, ConsoleError> {
         let space_id: SpaceId = parse_id(&f.space, "space")?;
-        let d = destinations::create(space_id, new_settings(f)?, now_ms()).map_err(refused)?;
+        let d = destinations::create(space_id, new_settings(f)?, now_ms(), &self.sandbox)
+            .await
+            .map_err(refused)?;
         self.storage
             .get_space(d.space_id)
             .await
@@ -252,7 +254,9 @@ impl Backend {
             .get_destination_by_id(id)
             .await
             .map_err(|e| storage_error(e, "destination"))?;
-        destinations::apply(&mut d, changes(f)?, now_ms()).map_err(refused)?;
+        destinations::apply(&mut d, changes(f)?, now_ms(), &self.sandbox)
+            .await
+            .map_err(refused)?;
         self.storage
             .update_destination(&d)
             .await
@@ -322,13 +326,20 @@ mod tests {
         }
     }
 
-    fn create(f: &DestinationForm) -> Result<Destination, ConsoleError> {
-        destinations::create(SpaceId::new(), new_settings(f)?, 1).map_err(refused)
+    async fn create(f: &DestinationForm) -> Result<Destination, ConsoleError> {
+        destinations::create(
+            SpaceId::new(),
+            new_settings(f)?,
+            1,
+            &destinations::InProcess,
+        )
+        .await
+        .map_err(refused)
     }
 
-    #[test]
-    fn the_form_is_read_and_checked_by_the_shared_rules() {
-        let d = create(&form("https://example.com/hook")).unwrap();
+    #[tokio::test]
+    async fn the_form_is_read_and_checked_by_the_shared_rules() {
+        let d = create(&form("https://example.com/hook")).await.unwrap();
         assert_eq!((d.max_attempts, d.timeout_seconds), (8, 30));
         assert!(d.event_types.is_none() && d.rate_limit.is_none());
 
@@ -342,7 +353,7 @@ mod tests {
             transformation: "{id: .id}".into(),
             ..form("https://example.com/hook")
         };
-        let d = create(&f).unwrap();
+        let d = create(&f).await.unwrap();
         assert_eq!(d.max_attempts, 6);
         assert_eq!(d.event_types.as_ref().unwrap().len(), 2);
         assert_eq!(d.rate_limit.unwrap().period, RatePeriod::Minute);
@@ -350,25 +361,32 @@ mod tests {
         assert_eq!(d.retry_policy["jitter"], 0.1);
         assert_eq!(d.transformation.as_deref(), Some("{id: .id}"));
 
-        let refusal = |f: DestinationForm| match create(&f) {
-            Err(ConsoleError::Invalid(m)) => m,
-            other => panic!("{other:?}"),
+        let refusal = |f: DestinationForm| async move {
+            match create(&f).await {
+                Err(ConsoleError::Invalid(m)) => m,
+                other => panic!("{other:?}"),
+            }
         };
-        assert!(refusal(form("ftp://example.com")).starts_with("URL: "));
+        assert!(refusal(form("ftp://example.com"))
+            .await
+            .starts_with("URL: "));
         let m = refusal(DestinationForm {
             max_attempts: "21".into(),
             ..form("https://example.com")
-        });
+        })
+        .await;
         assert!(m.starts_with("Retry policy: "), "{m}");
         let m = refusal(DestinationForm {
             event_types: "bad type!".into(),
             ..form("https://example.com")
-        });
+        })
+        .await;
         assert!(m.starts_with("Event types: "), "{m}");
         let m = refusal(DestinationForm {
             transformation: "{a: .x".into(),
             ..form("https://example.com")
-        });
+        })
+        .await;
         assert!(
             m.starts_with("Transformation: the jq program does not compile"),
             "{m}"
@@ -376,12 +394,13 @@ mod tests {
         let m = refusal(DestinationForm {
             rate_count: "lots".into(),
             ..form("https://example.com")
-        });
+        })
+        .await;
         assert!(m.contains("whole number"), "{m}");
     }
 
-    #[test]
-    fn the_edit_form_shows_only_what_differs_from_the_preset_and_round_trips() {
+    #[tokio::test]
+    async fn the_edit_form_shows_only_what_differs_from_the_preset_and_round_trips() {
         let f = DestinationForm {
             max_attempts: "3".into(),
             max_seconds: "600".into(),
@@ -389,7 +408,7 @@ mod tests {
             rate_period: "hour".into(),
             ..form("https://example.com/hook")
         };
-        let d = create(&f).unwrap();
+        let d = create(&f).await.unwrap();
         let shown = form_of(&d);
         assert_eq!(shown.preset, "partyflow");
         assert_eq!(shown.max_attempts, "3");
@@ -403,7 +422,14 @@ mod tests {
 
         // Saving the form unchanged changes nothing.
         let mut again = d.clone();
-        destinations::apply(&mut again, changes(&shown).unwrap(), 1).unwrap();
+        destinations::apply(
+            &mut again,
+            changes(&shown).unwrap(),
+            1,
+            &destinations::InProcess,
+        )
+        .await
+        .unwrap();
         assert_eq!(again, d);
 
         // Another preset with the fields emptied takes that preset's values.
@@ -414,7 +440,14 @@ mod tests {
             rate_count: String::new(),
             ..shown
         };
-        destinations::apply(&mut again, changes(&switched).unwrap(), 2).unwrap();
+        destinations::apply(
+            &mut again,
+            changes(&switched).unwrap(),
+            2,
+            &destinations::InProcess,
+        )
+        .await
+        .unwrap();
         assert_eq!(again.max_attempts, 6);
         assert_eq!(again.retry_policy["initialMs"], 30_000);
         assert_eq!(again.rate_limit, None);

@@ -14,10 +14,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::retry::{Decision, RetryPolicy};
-use super::transform;
+use super::transform::TransformError;
 use super::{classify, retry_after, signing, ssrf};
 use crate::clock::now_ms;
 use crate::domain::*;
+use crate::sandbox::Sandbox;
 use std::sync::atomic::Ordering;
 
 use crate::storage::{
@@ -31,8 +32,9 @@ pub const RESPONSE_BODY_LIMIT: usize = 64 * 1024;
 /// The most of the response headers (names and values) kept in the attempt log; hyper
 /// refuses heads over ~400 KiB before that.
 pub const RESPONSE_HEADERS_LIMIT: usize = 64 * 1024;
-/// How long a transformation may run.
-const TRANSFORM_LIMIT: Duration = Duration::from_secs(1);
+/// When the sandbox cannot run a transformation at all (not the program's
+/// fault), the delivery is tried again this much later.
+const SANDBOX_RETRY_MS: i64 = 5_000;
 
 /// How the engine runs; from `[dispatch]` in the configuration.
 #[derive(Debug, Clone)]
@@ -118,8 +120,8 @@ pub struct Engine {
     wake: Arc<Notify>,
     hints: Arc<Hints>,
     settings: Settings,
-    /// Compiled transformations by program text.
-    transforms: Mutex<HashMap<String, transform::Transform>>,
+    /// Where transformations run.
+    sandbox: Sandbox,
     /// Spaces' plans, re-read every [`PLAN_TTL_MS`].
     plans: Mutex<HashMap<SpaceId, (Plan, UnixMs)>>,
     /// Retries in flight in this process.
@@ -146,6 +148,7 @@ impl Engine {
     pub fn new(
         storage: Arc<dyn Storage>,
         network: ssrf::NetworkPolicy,
+        sandbox: Sandbox,
         settings: Settings,
     ) -> anyhow::Result<Self> {
         let network = Arc::new(network);
@@ -165,7 +168,7 @@ impl Engine {
             wake: Arc::new(Notify::new()),
             hints: Arc::default(),
             settings,
-            transforms: Mutex::new(HashMap::new()),
+            sandbox,
             plans: Mutex::new(HashMap::new()),
             retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             finisher,
@@ -407,7 +410,10 @@ impl Engine {
             let finished = FinishedAttempt {
                 attempt,
                 destination_id: d.destination_id,
-                next: NextStep::Lost { retry_at: now },
+                next: NextStep::Lost {
+                    retry_at: now,
+                    crashed: true,
+                },
                 only_if_lease_expired_before: Some(now),
             };
             match self
@@ -415,6 +421,9 @@ impl Engine {
                 .finish_attempt(&finished, &self.settings.auto_disable, now)
                 .await
             {
+                Ok(e) if e.lost_for_good => {
+                    tracing::error!(delivery.id = %d.id, "a delivery was lost three times in a row and failed")
+                }
                 Ok(e) if e.applied => {
                     tracing::warn!(delivery.id = %d.id, "recovered a lost attempt")
                 }
@@ -490,7 +499,7 @@ impl Engine {
                 let finished = FinishedAttempt {
                     attempt,
                     destination_id: d.destination_id,
-                    next: NextStep::Lost { retry_at: now_ms() },
+                    next: NextStep::Lost { retry_at: now_ms(), crashed: false },
                     only_if_lease_expired_before: None,
                 };
                 self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await?;
@@ -501,6 +510,10 @@ impl Engine {
         let now = now_ms();
         let attempts_made = (d.attempts + 1) as u32;
         let next = match outcome.attempt.error_class {
+            _ if outcome.not_our_receivers_fault => NextStep::Lost {
+                retry_at: now + SANDBOX_RETRY_MS,
+                crashed: false,
+            },
             None => NextStep::Succeeded,
             Some(class) => {
                 let status = outcome.attempt.response_status.map(|s| s as u16);
@@ -607,19 +620,6 @@ impl Engine {
         Ok(plan)
     }
 
-    fn transform(&self, program: &str) -> Result<transform::Transform, transform::TransformError> {
-        let mut cache = self.transforms.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = cache.get(program) {
-            return Ok(t.clone());
-        }
-        let t = transform::compile(program)?;
-        if cache.len() > 10_000 {
-            cache.clear();
-        }
-        cache.insert(program.to_owned(), t.clone());
-        Ok(t)
-    }
-
     /// One HTTP attempt, never failing: every problem becomes an error class on the attempt.
     async fn attempt(
         &self,
@@ -652,27 +652,37 @@ impl Engine {
             AttemptOutcome {
                 attempt,
                 retry_after_ms: None,
+                not_our_receivers_fault: false,
             }
         };
 
-        // The body: the payload, or what the destination's transformation makes of it.
-        let payload = match &destination.transformation {
-            None => event.payload.clone(),
+        // The body: the payload, or what the destination's transformation makes of it
+        // (in the sandbox: whatever the program does, it cannot reach this process).
+        let payload = event.payload.to_string();
+        let body = match &destination.transformation {
+            None => payload,
             Some(program) => {
-                let result = match self.transform(program) {
-                    Ok(t) => t.run_bounded(event.payload.clone(), TRANSFORM_LIMIT).await,
-                    Err(e) => Err(e),
+                let result = match serde_json::value::RawValue::from_string(payload.clone()) {
+                    Ok(input) => self.sandbox.run(program, &input).await,
+                    Err(e) => Err(TransformError::Runtime(format!(
+                        "the payload is not JSON: {e}"
+                    ))),
                 };
                 match result {
-                    Ok(v) => v,
+                    Ok(output) => output,
+                    Err(e @ TransformError::Unavailable(_)) => {
+                        attempt.request_body = payload;
+                        let mut outcome = fail(attempt, ErrorClass::Lost, e.to_string());
+                        outcome.not_our_receivers_fault = true;
+                        return outcome;
+                    }
                     Err(e) => {
-                        attempt.request_body = event.payload.to_string();
+                        attempt.request_body = payload;
                         return fail(attempt, ErrorClass::Transformation, e.to_string());
                     }
                 }
             }
         };
-        let body = payload.to_string();
         attempt.request_body = body.clone();
 
         let url = match url::Url::parse(&destination.url) {
@@ -769,6 +779,7 @@ impl Engine {
                 AttemptOutcome {
                     attempt,
                     retry_after_ms: None,
+                    not_our_receivers_fault: false,
                 }
             }
             Some(class) => {
@@ -793,6 +804,7 @@ impl Engine {
                 AttemptOutcome {
                     attempt,
                     retry_after_ms: retry_after,
+                    not_our_receivers_fault: false,
                 }
             }
         }
@@ -824,6 +836,9 @@ impl Drop for RetryGuard {
 struct AttemptOutcome {
     attempt: Attempt,
     retry_after_ms: Option<u64>,
+    /// The attempt failed on our side before any request (the sandbox could not
+    /// run): retried later without using up an attempt.
+    not_our_receivers_fault: bool,
 }
 
 fn lost_attempt(d: &Delivery, now: UnixMs, why: &str) -> Attempt {

@@ -1,16 +1,16 @@
 //! Transformations (SPEC §2.10): a destination's optional jq program, applied to
 //! the event payload before it is sent.
 //!
-//! The program is compiled once ([`compile`], when the destination is created or
-//! changed; the [`Transform`] is cached per destination) and run on each payload
-//! with [`Transform::run_bounded`]. A program that fails — it raises an error,
+//! This is the interpreter the sandbox's worker processes run (`crate::sandbox`):
+//! a program is compiled once per worker ([`compile_on_this_thread`]) and run on
+//! each payload with [`Transform::run_on_this_thread`]. A program that fails — it raises an error,
 //! yields nothing, runs out of time, or yields something that is not JSON —
 //! fails the delivery with error class `transformation`, which is not retried:
 //! the same program on the same payload would fail again.
 //!
 //! Programs come from API users, so running one must not take the server down:
-//! - Compiling and running happen on a thread of their own with a 256 MiB stack
-//!   (only touched pages are committed), never on a tokio worker.
+//! - Compiling and running happen on a thread with a 256 MiB stack (only
+//!   touched pages are committed), never on a tokio worker.
 //! - jaq does not limit recursion (`def f: 1 + f; f` overflows any stack, which
 //!   aborts the process) and has no fuel setting. But it clones its run-time
 //!   data at every call, pipe, comma, binding and fold step, and that data is
@@ -26,17 +26,19 @@
 //!   nothing (payloads are not logged), `halt` is an error instead of the end of
 //!   the process, and there are no `input`, `$ENV`, modules or data imports.
 //!
-//! What this does not contain, short of running programs in a separate process:
-//! one native operation that allocates a lot at once (`"x" * 100000000000`
-//! asks for 100 GB, and Rust aborts if the allocator refuses), and values that
-//! a program nests some 100 000 levels deep (it can build one in under a
-//! second) and then prints, updates or walks, which recurses in jaq's native
-//! code past the stack's headroom.
+//! What this does not contain on its own: one native operation that allocates a
+//! lot at once (`"x" * 100000000000` asks for 100 GB, and Rust aborts if the
+//! allocator refuses), and values that a program nests some 100 000 levels deep
+//! (it can build one in under a second) and then prints, updates or walks, which
+//! recurses in jaq's native code past the stack's headroom. That is why the
+//! server never runs programs itself: `crate::sandbox` runs them in worker
+//! processes under memory and CPU limits, where such a program ends one worker,
+//! not the server. The checkpoints here still stop most runaways gracefully,
+//! without costing a worker.
 
 use std::cell::Cell;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -64,9 +66,12 @@ pub const MAX_PROGRAM_NESTING: usize = 256;
 /// How deeply arrays and objects may nest in a program's output.
 pub const MAX_OUTPUT_DEPTH: usize = 512;
 
+/// The largest output a program may produce, as JSON text: a webhook body.
+pub const MAX_OUTPUT_BYTES: usize = 1024 * 1024;
+
 /// Stack of the threads that compile and run programs. Only the pages a program
 /// actually touches are committed.
-const THREAD_STACK_BYTES: usize = 256 << 20;
+pub const THREAD_STACK_BYTES: usize = 256 << 20;
 
 /// How much of [`THREAD_STACK_BYTES`] the interpreter may use before a checkpoint
 /// stops it (some 7 000 levels of jq recursion in a debug build, 15 000 in
@@ -86,7 +91,8 @@ const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// Why a program was not compiled, run, or its output not used. The messages are
 /// written for the API user who wrote the program.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 pub enum TransformError {
     /// The program does not parse or compile; says what is wrong and where.
     #[error("the jq program does not compile: {0}")]
@@ -98,11 +104,39 @@ pub enum TransformError {
     #[error("the program produced no output")]
     NoOutput,
     /// The program did not finish within the time it was given.
-    #[error("the jq program did not finish in time")]
-    Timeout,
+    #[error("the jq program ran longer than {}", human_ms(*limit_ms))]
+    Timeout { limit_ms: u64 },
     /// The program's output cannot be sent as JSON.
     #[error("the jq program's output is not valid JSON: {0}")]
     Output(String),
+    /// The program's output is larger than [`MAX_OUTPUT_BYTES`].
+    #[error("the jq program's output is larger than {} KiB", MAX_OUTPUT_BYTES / 1024)]
+    OutputTooLarge,
+    /// The sandbox stopped the program: it asked for more memory than allowed.
+    #[error("the jq program used more than {limit_mib} MiB of memory")]
+    Memory { limit_mib: u64 },
+    /// The sandbox stopped the program: it used up its CPU time.
+    #[error("the jq program used more than {limit_seconds} s of CPU time")]
+    Cpu { limit_seconds: u64 },
+    /// The program ended its sandbox worker some other way (a stack overflow in
+    /// native code, say); the cause as far as it is known.
+    #[error("the jq program crashed its sandbox ({0})")]
+    Crashed(String),
+    /// The sandbox could not run the program at all (no worker could be
+    /// started). Not the program's fault: the delivery is tried again later.
+    #[error("the transformation sandbox is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// `1500` → "1.5 s", `250` → "250 ms", `1000` → "1 s".
+pub fn human_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms % 1000 == 0 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    }
 }
 
 /// A compiled jq program. Cheap to clone, `Send + Sync`: compile once per
@@ -130,18 +164,7 @@ impl fmt::Debug for Transform {
 /// not have). Compiles on a thread of its own, so deeply nested syntax cannot
 /// overflow the caller's stack.
 pub fn compile(program: &str) -> Result<Transform, TransformError> {
-    if program.len() > MAX_PROGRAM_BYTES {
-        return Err(TransformError::Compile(format!(
-            "the program is {} bytes long; at most {MAX_PROGRAM_BYTES} are allowed",
-            program.len()
-        )));
-    }
-    let nesting = syntax_nesting(program);
-    if nesting > MAX_PROGRAM_NESTING {
-        return Err(TransformError::Compile(format!(
-            "the program nests brackets {nesting} levels deep; at most {MAX_PROGRAM_NESTING} are allowed"
-        )));
-    }
+    check_size(program)?;
     let compiled = thread::scope(|scope| {
         let worker = thread::Builder::new()
             .name("jq-compile".into())
@@ -157,6 +180,35 @@ pub fn compile(program: &str) -> Result<Transform, TransformError> {
     Ok(Transform(Arc::new(compiled)))
 }
 
+/// [`compile`] on the calling thread, which must have [`THREAD_STACK_BYTES`] of
+/// stack (the sandbox's worker thread does).
+pub fn compile_on_this_thread(program: &str) -> Result<Transform, TransformError> {
+    check_size(program)?;
+    let compiled =
+        panic::catch_unwind(AssertUnwindSafe(|| compile_here(program))).unwrap_or_else(|_| {
+            Err(TransformError::Compile(
+                "the jq compiler failed on this program".into(),
+            ))
+        })?;
+    Ok(Transform(Arc::new(compiled)))
+}
+
+fn check_size(program: &str) -> Result<(), TransformError> {
+    if program.len() > MAX_PROGRAM_BYTES {
+        return Err(TransformError::Compile(format!(
+            "the program is {} bytes long; at most {MAX_PROGRAM_BYTES} are allowed",
+            program.len()
+        )));
+    }
+    let nesting = syntax_nesting(program);
+    if nesting > MAX_PROGRAM_NESTING {
+        return Err(TransformError::Compile(format!(
+            "the program nests brackets {nesting} levels deep; at most {MAX_PROGRAM_NESTING} are allowed"
+        )));
+    }
+    Ok(())
+}
+
 impl Transform {
     /// The program's source text.
     pub fn program(&self) -> &str {
@@ -164,64 +216,58 @@ impl Transform {
     }
 
     /// Runs the program on `input` and returns its first output; later outputs
-    /// are not evaluated (so `repeat(.)` is fine). Blocks until the program ends,
-    /// however long that is: the dispatcher uses [`Transform::run_bounded`].
+    /// are not evaluated (so `repeat(.)` is fine). With a `limit`, a program still
+    /// running after it stops with [`TransformError::Timeout`] at its next
+    /// checkpoint.
     ///
     /// Runs on a thread of its own with a large stack; recursion that goes too
     /// deep is stopped with [`TransformError::Runtime`].
-    pub fn run(&self, input: &serde_json::Value) -> Result<serde_json::Value, TransformError> {
+    pub fn run(
+        &self,
+        input: &serde_json::Value,
+        limit: Option<Duration>,
+    ) -> Result<serde_json::Value, TransformError> {
         thread::scope(|scope| {
             let worker = thread::Builder::new()
                 .name("jq-run".into())
                 .stack_size(THREAD_STACK_BYTES)
-                .spawn_scoped(scope, || evaluate(&self.0.filter, input, None, None))
+                .spawn_scoped(scope, || self.run_on_this_thread(input, limit))
                 .map_err(could_not_start)?;
             worker.join().unwrap_or_else(|_| Err(interpreter_failed()))
         })
     }
 
-    /// Like [`Transform::run`], but gives up with [`TransformError::Timeout`]
-    /// after `limit` without blocking the async caller meanwhile.
-    ///
-    /// The program runs on a dedicated thread, which cannot be killed. At the
-    /// deadline (or when this future is dropped) it is told to stop and unwinds at
-    /// its next checkpoint, freeing its memory; until then it finishes on its
-    /// own, after this call has returned. Only a native operation that runs long
-    /// without reaching a checkpoint (a huge sort, say) outlives the deadline.
-    pub async fn run_bounded(
+    /// [`Transform::run`] on the calling thread, which must have
+    /// [`THREAD_STACK_BYTES`] of stack (the sandbox's worker thread does).
+    pub fn run_on_this_thread(
         &self,
-        input: serde_json::Value,
-        limit: Duration,
+        input: &serde_json::Value,
+        limit: Option<Duration>,
     ) -> Result<serde_json::Value, TransformError> {
-        let deadline = Instant::now() + limit;
-        let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
-        let (send, receive) = tokio::sync::oneshot::channel();
-        let compiled = Arc::clone(&self.0);
-        let stop = Arc::clone(&cancel.0);
-        thread::Builder::new()
-            .name("jq-run".into())
-            .stack_size(THREAD_STACK_BYTES)
-            .spawn(move || {
-                let result = evaluate(&compiled.filter, &input, Some(deadline), Some(&stop));
-                // The caller may have stopped waiting; then nobody wants the result.
-                let _ = send.send(result);
-            })
-            .map_err(could_not_start)?;
-        match tokio::time::timeout(limit, receive).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(interpreter_failed()),
-            Err(_) => Err(TransformError::Timeout),
-        }
+        let deadline = limit.map(|l| (Instant::now() + l, l.as_millis() as u64));
+        evaluate(&self.0.filter, input, deadline)
     }
 }
 
-/// Tells the program's thread to stop once nobody waits for it any more.
-struct CancelOnDrop(Arc<AtomicBool>);
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+/// `value` as compact JSON text, refused with [`TransformError::OutputTooLarge`]
+/// past [`MAX_OUTPUT_BYTES`] without ever holding more than that.
+pub fn to_bounded_json(value: &serde_json::Value) -> Result<String, TransformError> {
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() + buf.len() > MAX_OUTPUT_BYTES {
+                return Err(std::io::Error::other("too large"));
+            }
+            self.0.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
     }
+    let mut out = Bounded(Vec::new());
+    serde_json::to_writer(&mut out, value).map_err(|_| TransformError::OutputTooLarge)?;
+    String::from_utf8(out.0).map_err(|e| TransformError::Output(e.to_string()))
 }
 
 fn could_not_start(e: std::io::Error) -> TransformError {
@@ -475,16 +521,14 @@ struct Guard {
     stack_base: usize,
     steps: Cell<u32>,
     deadline: Option<Instant>,
-    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Guard {
-    fn new(deadline: Option<Instant>, cancel: Option<Arc<AtomicBool>>) -> Self {
+    fn new(deadline: Option<Instant>) -> Self {
         Self {
             stack_base: stack_address(),
             steps: Cell::new(0),
             deadline,
-            cancel,
         }
     }
 
@@ -495,11 +539,7 @@ impl Guard {
         let steps = self.steps.get().wrapping_add(1);
         self.steps.set(steps);
         if steps.is_multiple_of(CLOCK_EVERY) {
-            let cancelled = self
-                .cancel
-                .as_ref()
-                .is_some_and(|c| c.load(Ordering::Relaxed));
-            if cancelled || self.deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 panic::resume_unwind(Box::new(Stop::OutOfTime));
             }
         }
@@ -515,13 +555,13 @@ fn stack_address() -> usize {
 
 /// Runs `filter` on `input` on the current thread, which must have
 /// [`THREAD_STACK_BYTES`] of stack.
+/// `deadline` is the instant to stop at and the limit it stands for, in ms.
 fn evaluate(
     filter: &jaq_core::Filter<Kind>,
     input: &serde_json::Value,
-    deadline: Option<Instant>,
-    cancel: Option<&Arc<AtomicBool>>,
+    deadline: Option<(Instant, u64)>,
 ) -> Result<serde_json::Value, TransformError> {
-    let guard = Guard::new(deadline, cancel.cloned());
+    let guard = Guard::new(deadline.map(|(at, _)| at));
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         let data = Checked {
             lut: &filter.lut,
@@ -545,7 +585,9 @@ fn evaluate(
     match outcome {
         Ok(result) => result,
         Err(payload) => match payload.downcast::<Stop>().map(|stop| *stop) {
-            Ok(Stop::OutOfTime) => Err(TransformError::Timeout),
+            Ok(Stop::OutOfTime) => Err(TransformError::Timeout {
+                limit_ms: deadline.map_or(0, |(_, ms)| ms),
+            }),
             Ok(Stop::TooDeep) => Err(TransformError::Runtime(
                 "recursion too deep (does a recursive definition never stop?)".into(),
             )),
@@ -821,7 +863,7 @@ mod tests {
     use serde_json::json;
 
     fn run(program: &str, input: serde_json::Value) -> Result<serde_json::Value, TransformError> {
-        compile(program).unwrap().run(&input)
+        compile(program).unwrap().run(&input, None)
     }
 
     #[test]
@@ -957,8 +999,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_program_that_never_ends_times_out_quickly() {
+    #[test]
+    fn a_program_that_never_ends_times_out_quickly() {
         for program in [
             "last(range(infinite))",
             "until(false; .)",
@@ -967,21 +1009,42 @@ mod tests {
         ] {
             let transform = compile(program).unwrap();
             let started = Instant::now();
-            let result = transform
-                .run_bounded(json!(null), Duration::from_millis(200))
-                .await;
-            assert_eq!(result, Err(TransformError::Timeout), "{program}");
+            let result = transform.run(&json!(null), Some(Duration::from_millis(200)));
+            assert_eq!(
+                result,
+                Err(TransformError::Timeout { limit_ms: 200 }),
+                "{program}"
+            );
             assert!(started.elapsed() < Duration::from_secs(1), "{program}");
         }
+        assert_eq!(
+            TransformError::Timeout { limit_ms: 1000 }.to_string(),
+            "the jq program ran longer than 1 s"
+        );
     }
 
-    #[tokio::test]
-    async fn a_bounded_run_returns_the_output() {
+    #[test]
+    fn a_bounded_run_returns_the_output() {
         let transform = compile(".a").unwrap();
-        let result = transform
-            .run_bounded(json!({"a": [1]}), Duration::from_secs(5))
-            .await;
+        let result = transform.run(&json!({"a": [1]}), Some(Duration::from_secs(5)));
         assert_eq!(result, Ok(json!([1])));
+    }
+
+    #[test]
+    fn output_is_json_text_of_at_most_a_mebibyte() {
+        assert_eq!(
+            to_bounded_json(&json!({"a": [1, "x"]})).unwrap(),
+            r#"{"a":[1,"x"]}"#
+        );
+        let big = json!("x".repeat(MAX_OUTPUT_BYTES));
+        assert_eq!(to_bounded_json(&big), Err(TransformError::OutputTooLarge));
+    }
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(human_ms(250), "250 ms");
+        assert_eq!(human_ms(1000), "1 s");
+        assert_eq!(human_ms(1500), "1.5 s");
     }
 
     #[test]

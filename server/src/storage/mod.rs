@@ -185,11 +185,17 @@ pub enum NextStep {
     /// Dead-lettered: attempts exhausted or a failure that is not retried.
     DeadLetter,
     /// Cut short on our side (crash, shutdown): retried at `retry_at` without
-    /// using up an attempt (SPEC D3).
+    /// using up an attempt (SPEC D3). `crashed`: the process sending it died (its
+    /// lease ran out); [`LOST_IN_A_ROW_FAILS`] of those in a row fail the delivery
+    /// with class `lost`, so no input can keep the server in a crash loop.
     Lost {
         retry_at: UnixMs,
+        crashed: bool,
     },
 }
+
+/// Crash-lost attempts in a row after which a delivery is failed, not retried.
+pub const LOST_IN_A_ROW_FAILS: i64 = 3;
 
 /// One finished attempt of a claimed delivery, to record in one transaction.
 #[derive(Debug, Clone)]
@@ -210,6 +216,8 @@ pub struct FinishEffects {
     pub dead_letter_streak: Option<i64>,
     pub destination_disabled: bool,
     pub warned: bool,
+    /// The delivery was crash-lost [`LOST_IN_A_ROW_FAILS`] times in a row and failed.
+    pub lost_for_good: bool,
 }
 
 /// What happened to one delivery of a bulk resend or cancel.

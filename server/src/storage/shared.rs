@@ -293,30 +293,52 @@ macro_rules! impl_storage {
                     NextStep::Succeeded => (DeliveryStatus::Succeeded, 1_i64, None, Some(now)),
                     NextStep::Retry { at } => (DeliveryStatus::Retrying, 1, Some(at), None),
                     NextStep::DeadLetter => (DeliveryStatus::Failed, 1, None, Some(now)),
-                    NextStep::Lost { retry_at } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
+                    NextStep::Lost { retry_at, .. } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
                 };
-                let done = sqlx::query(
+                let crashed = matches!(f.next, NextStep::Lost { crashed: true, .. });
+                // A crash-lost attempt adds to the delivery's lost streak (anything else ends
+                // it); the one that reaches the limit fails the delivery instead.
+                let given_up = "$10 AND lost_streak + 1 >= $11";
+                let sql = format!(
                     "UPDATE deliveries SET \
-                       status = CASE WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
-                       attempts = attempts + $2, next_attempt_at = $3, lease_expires_at = NULL, \
-                       last_error_class = $4, last_status_code = $5, updated_at = $6, finished_at = $7 \
-                     WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9)",
-                )
-                .bind(status.as_str())
-                .bind(used)
-                .bind(next_at)
-                .bind(a.error_class.map(|c| c.as_str()))
-                .bind(a.response_status)
-                .bind(now)
-                .bind(finished_at)
-                .bind(a.delivery_id.to_string())
-                .bind(f.only_if_lease_expired_before)
-                .execute(&mut **tx)
-                .await?;
-                if done.rows_affected() == 0 {
+                       status = CASE WHEN {given_up} THEN 'failed' \
+                                     WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
+                       attempts = attempts + $2, lease_expires_at = NULL, \
+                       next_attempt_at = CASE WHEN {given_up} THEN NULL ELSE $3 END, \
+                       finished_at = CASE WHEN {given_up} THEN $6 ELSE $7 END, \
+                       lost_streak = CASE WHEN $10 THEN lost_streak + 1 ELSE 0 END, \
+                       last_error_class = $4, last_status_code = $5, updated_at = $6 \
+                     WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9) \
+                     RETURNING status, event_id"
+                );
+                let done: Option<(String, String)> = sqlx::query_as(&sql)
+                    .bind(status.as_str())
+                    .bind(used)
+                    .bind(next_at)
+                    .bind(a.error_class.map(|c| c.as_str()))
+                    .bind(a.response_status)
+                    .bind(now)
+                    .bind(finished_at)
+                    .bind(a.delivery_id.to_string())
+                    .bind(f.only_if_lease_expired_before)
+                    .bind(crashed)
+                    .bind(crate::storage::LOST_IN_A_ROW_FAILS)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                let Some((new_status, event_id)) = done else {
                     // No longer ours (recovered by another worker): nothing was changed.
                     return Ok(FinishEffects::default());
-                }
+                };
+                let lost_for_good = crashed && new_status == DeliveryStatus::Failed.as_str();
+                let message = if lost_for_good {
+                    Some(format!(
+                        "{}; that is {} times in a row, so the delivery failed and is not tried again",
+                        a.error_message.as_deref().unwrap_or("the attempt was lost"),
+                        crate::storage::LOST_IN_A_ROW_FAILS
+                    ))
+                } else {
+                    a.error_message.clone()
+                };
                 sqlx::query(
                     "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
                      request_url, request_headers, request_body, response_status, response_headers, response_body, \
@@ -336,12 +358,31 @@ macro_rules! impl_storage {
                 .bind(a.response_headers.as_ref().map(|h| h.to_string()))
                 .bind(&a.response_body)
                 .bind(a.error_class.map(|c| c.as_str()))
-                .bind(&a.error_message)
+                .bind(&message)
                 .execute(&mut **tx)
                 .await?;
 
-                let mut effects = FinishEffects { applied: true, ..Default::default() };
+                let mut effects = FinishEffects { applied: true, lost_for_good, ..Default::default() };
                 let dst = f.destination_id.to_string();
+                if lost_for_good {
+                    sqlx::query(
+                        "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
+                         VALUES ($1, $2, 'delivery.lost', 'delivery', $3, $4, $5)",
+                    )
+                    .bind(NotificationId::new().to_string())
+                    .bind(a.space_id.to_string())
+                    .bind(a.delivery_id.to_string())
+                    .bind(format!(
+                        "Delivery {} (event {event_id}) was lost {} times in a row: the server stopped \
+                         while sending it each time. It was marked failed and is not tried again; \
+                         send it again once the cause is found.",
+                        a.delivery_id,
+                        crate::storage::LOST_IN_A_ROW_FAILS
+                    ))
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+                }
                 match f.next {
                     NextStep::Succeeded => {
                         sqlx::query(

@@ -305,3 +305,61 @@ fn url_path(url: &str) -> String {
         .find('/')
         .map_or("/".into(), |i| after_scheme[i..].to_owned())
 }
+
+on_both_backends! {
+    async fn a_delivery_lost_to_three_crashes_in_a_row_fails_as_lost_and_admins_are_told(db) {
+        let logs = tempfile::tempdir().unwrap();
+        let created = server::admin::create_space(db.storage.as_ref(), "Crash loop", Plan::Enterprise).await.unwrap();
+        let (space, key) = (created.space.id.to_string(), created.api_key.clone());
+        // The receiver never answers in time: every attempt is in flight when the server dies.
+        let rx = Receiver::start().await;
+        rx.set_default(Reply::status(200).after(Duration::from_secs(60)));
+        let client = reqwest::Client::new();
+        let api = |server: &Server, path: &str| format!("http://{}/v1/projects/{space}{path}", server.addr);
+
+        let mut server = Server::start(&db.url, logs.path(), "loop-0").await;
+        let resp = client.post(api(&server, "/destinations")).bearer_auth(&key)
+            .json(&json!({"url": rx.url("/hang"), "timeoutSeconds": 2})).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 201);
+        let resp = client.post(api(&server, "/events")).bearer_auth(&key)
+            .json(&json!({"type": "loop.test", "payload": {}})).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+
+        // Three times: the attempt reaches the receiver, then the process dies (kill -9).
+        for k in 1..=3 {
+            rx.wait_for(k).await;
+            server.kill_9();
+            server = Server::start(&db.url, logs.path(), &format!("loop-{k}")).await;
+        }
+
+        // The third lost attempt, recovered when its lease runs out, fails the delivery.
+        let delivery = eventually(30, || async {
+            let list: serde_json::Value = client.get(api(&server, "/deliveries?status=failed")).bearer_auth(&key)
+                .send().await.unwrap().json().await.unwrap();
+            list["data"].as_array().unwrap().first().cloned()
+        }).await;
+        assert_eq!(delivery["lastErrorClass"], "lost", "{delivery}");
+        assert_eq!(rx.received().len(), 3, "not tried a fourth time");
+        let id = delivery["id"].as_str().unwrap();
+        let full: serde_json::Value = client.get(api(&server, &format!("/deliveries/{id}"))).bearer_auth(&key)
+            .send().await.unwrap().json().await.unwrap();
+        let attempts = full["attempts"].as_array().unwrap();
+        assert_eq!(attempts.len(), 3, "{full}");
+        assert!(attempts.iter().all(|a| a["errorClass"] == "lost"), "{full}");
+        let messages: Vec<&str> = attempts.iter().map(|a| a["errorMessage"].as_str().unwrap()).collect();
+        assert!(messages.iter().any(|m| m.contains("3 times in a row")), "{messages:?}");
+
+        let notes: serde_json::Value = client.get(api(&server, "/notifications")).bearer_auth(&key)
+            .send().await.unwrap().json().await.unwrap();
+        let lost: Vec<_> = notes["data"].as_array().unwrap().iter().filter(|n| n["kind"] == "delivery.lost").collect();
+        assert_eq!(lost.len(), 1, "{notes}");
+        assert!(lost[0]["message"].as_str().unwrap().contains(id), "{notes}");
+
+        // Staying down: later restarts leave it failed.
+        server.kill_9();
+        let server = Server::start(&db.url, logs.path(), "loop-after").await;
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        assert_eq!(rx.received().len(), 3);
+        drop(server);
+    }
+}

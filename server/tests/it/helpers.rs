@@ -214,7 +214,17 @@ pub fn test_config(db_url: &str) -> Config {
         site_root: std::env::var("PARTYFLOW_TEST_SITE_ROOT")
             .map(Into::into)
             .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../site").into()),
+        sandbox: sandbox_settings(),
         ..Config::default()
+    }
+}
+
+/// The sandbox of a test server: workers are the real `partyflow` binary (the
+/// test binary itself cannot be started as one).
+pub fn sandbox_settings() -> server::sandbox::Settings {
+    server::sandbox::Settings {
+        worker_program: Some(env!("CARGO_BIN_EXE_partyflow").into()),
+        ..Default::default()
     }
 }
 

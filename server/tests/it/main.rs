@@ -18,6 +18,7 @@ mod openapi;
 mod outage;
 mod resend;
 mod retry_after;
+mod sandbox;
 mod schedule;
 mod standard_webhooks;
 mod storage;

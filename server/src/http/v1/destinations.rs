@@ -175,7 +175,7 @@ async fn create(
         retry_policy: body.retry_policy,
         transformation: body.transformation,
     };
-    let destination = destinations::create(space_id, settings, now_ms())?;
+    let destination = destinations::create(space_id, settings, now_ms(), &state.sandbox).await?;
     state.storage.create_destination(&destination).await?;
     let mut v = view(&destination);
     v.secret = Some(destination.secret.clone());
@@ -296,7 +296,7 @@ async fn update(
         retry_policy: body.retry_policy,
         transformation: body.transformation,
     };
-    destinations::apply(&mut d, changes, now_ms())?;
+    destinations::apply(&mut d, changes, now_ms(), &state.sandbox).await?;
     state.storage.update_destination(&d).await?;
     Ok(Json(view(&d)))
 }
