@@ -37,7 +37,7 @@ struct Args {
     /// Deliveries waiting for retries in the backlog scenario.
     #[arg(long, default_value_t = 1_000_000)]
     backlog: usize,
-    /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,wide,backlog).
+    /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,transform,wide,backlog).
     #[arg(long)]
     only: Option<String>,
 }
@@ -102,6 +102,33 @@ fn rss_mb() -> f64 {
         })
         .map(|kb| kb / 1024.0)
         .unwrap_or(f64::NAN)
+}
+
+/// The peak resident memory of this process's sandbox workers, summed (MB).
+fn sandbox_workers_peak_rss_mb() -> f64 {
+    let me = std::process::id().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return f64::NAN;
+    };
+    let mut kib = 0u64;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("sandbox-worker") {
+            continue;
+        }
+        let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        };
+        if field("PPid:").as_deref() == Some(me.as_str()) {
+            kib += field("VmHWM:").and_then(|v| v.parse().ok()).unwrap_or(0);
+        }
+    }
+    kib as f64 / 1024.0
 }
 
 struct Bench {
@@ -195,6 +222,25 @@ impl Bench {
 
     /// Publishes at `rate` events/s for `secs`, returns (publish latencies, publish instants).
     async fn steady(&self, rate: u64, secs: u64) -> (Vec<f64>, HashMap<String, Instant>) {
+        self.steady_of(rate, secs, json!({})).await
+    }
+
+    /// [`Bench::steady`] with a text field in every payload (for transformations).
+    async fn steady_with_text(&self, rate: u64, secs: u64) -> (Vec<f64>, HashMap<String, Instant>) {
+        self.steady_of(
+            rate,
+            secs,
+            json!({"text": "hello from the benchmark, transformed"}),
+        )
+        .await
+    }
+
+    async fn steady_of(
+        &self,
+        rate: u64,
+        secs: u64,
+        extra: serde_json::Value,
+    ) -> (Vec<f64>, HashMap<String, Instant>) {
         let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         let total = rate * secs;
@@ -206,12 +252,14 @@ impl Bench {
                 format!("{}/v1/projects/{}/events", self.base, self.space),
                 self.key.clone(),
             );
+            let mut payload = extra.clone();
+            payload["i"] = json!(i);
             tasks.push(tokio::spawn(async move {
                 let t = Instant::now();
                 let resp = client
                     .post(&url)
                     .bearer_auth(&key)
-                    .json(&json!({"type": "steady", "payload": {"i": i}}))
+                    .json(&json!({"type": "steady", "payload": payload}))
                     .send()
                     .await
                     .unwrap();
@@ -464,6 +512,45 @@ async fn bench() -> anyhow::Result<()> {
         );
         bench.delete_destinations().await;
         bench.arrivals.reset();
+    }
+    if wants("transform") {
+        // 1,000 deliveries/s (100 events/s × 10 destinations), first without and then with
+        // a jq transformation on every delivery: the difference is the sandbox's cost.
+        let program =
+            "{text: .text, i: .i, kind: \"bench\", words: (.text | split(\" \") | length)}";
+        let mut medians = Vec::new();
+        for transformed in [false, true] {
+            for i in 0..10 {
+                let mut body = json!({"url": format!("http://{receiver}/tx/{i}")});
+                if transformed {
+                    body["transformation"] = json!(program);
+                }
+                bench.destination(body).await;
+            }
+            let (_, sent) = bench.steady_with_text(100, args.seconds).await;
+            bench
+                .wait_for(sent.len() * 10, Duration::from_secs(60))
+                .await;
+            let lat = bench.first_attempt_latencies(&sent);
+            medians.push(percentile(&lat, 0.5));
+            println!(
+                "\n[1,000 deliveries/s to 10 destinations, {} for {} s]",
+                if transformed {
+                    "every one transformed"
+                } else {
+                    "no transformation"
+                },
+                args.seconds
+            );
+            print_latency("publish → first attempt", lat);
+            bench.delete_destinations().await;
+            bench.arrivals.reset();
+        }
+        println!(
+            "  added by the transformation at p50: {:.2} ms; sandbox workers' peak RSS: {:.0} MB in all",
+            medians[1] - medians[0],
+            sandbox_workers_peak_rss_mb()
+        );
     }
     if wants("wide") {
         // 10,000 destinations, each subscribed to its own type; the same number of deliveries as the flood.

@@ -152,20 +152,6 @@ impl Sandbox {
             Response::Compiled => Err(nonsense()),
         }
     }
-
-    /// The resident memory of the pool's idle workers, in bytes (for benchmarks).
-    pub fn idle_workers_rss(&self) -> u64 {
-        let idle = self.pool.idle.lock().unwrap_or_else(|p| p.into_inner());
-        idle.iter()
-            .filter_map(|w| w.child.id())
-            .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
-            .filter_map(|status| {
-                let line = status.lines().find(|l| l.starts_with("VmHWM:"))?.to_owned();
-                line.split_whitespace().nth(1)?.parse::<u64>().ok()
-            })
-            .map(|kib| kib * 1024)
-            .sum()
-    }
 }
 
 fn nonsense() -> TransformError {
