@@ -132,7 +132,7 @@ pub enum TransformError {
 pub fn human_ms(ms: u64) -> String {
     if ms < 1000 {
         format!("{ms} ms")
-    } else if ms % 1000 == 0 {
+    } else if ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else {
         format!("{:.1} s", ms as f64 / 1000.0)
@@ -538,10 +538,8 @@ impl Guard {
         }
         let steps = self.steps.get().wrapping_add(1);
         self.steps.set(steps);
-        if steps.is_multiple_of(CLOCK_EVERY) {
-            if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                panic::resume_unwind(Box::new(Stop::OutOfTime));
-            }
+        if steps.is_multiple_of(CLOCK_EVERY) && self.deadline.is_some_and(|d| Instant::now() >= d) {
+            panic::resume_unwind(Box::new(Stop::OutOfTime));
         }
     }
 }
