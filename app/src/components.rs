@@ -321,7 +321,7 @@ pub fn parse_utc(s: &str) -> Option<i64> {
     Some(((days_from_civil(y, m, d) * 86_400) + h * 3600 + mi * 60 + sec) * 1000)
 }
 
-/// What an error class means (SPEC §2.2): label, meaning, whether it is retried.
+/// What an error class means (docs §2.2): label, meaning, whether it is retried.
 pub fn error_class_info(class: &str) -> (&'static str, &'static str, &'static str) {
     match class {
         "http" => ("HTTP error", "The receiver answered with a non-2xx status (shown next to it).", "Retried per the destination's policy (408, 429 and 5xx under the PartyFlow policy)."),
@@ -340,7 +340,7 @@ pub fn error_class_info(class: &str) -> (&'static str, &'static str, &'static st
     }
 }
 
-/// Every error class a filter may choose, in the order of SPEC §2.2.
+/// Every error class a filter may choose, in the order of docs §2.2.
 pub const ERROR_CLASSES: &[&str] = &[
     "http",
     "redirect",

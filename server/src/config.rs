@@ -1,6 +1,6 @@
 //! Settings: built-in defaults, then a TOML file (`PARTYFLOW_CONFIG`, default
 //! `partyflow.toml` when present), then `PARTYFLOW_*` environment variables.
-//! SPEC §8 names the stable variables.
+//! docs §8 names the stable variables.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,15 +61,15 @@ impl PerPlan {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
-    /// Messages per second per incoming webhook, by plan (SPEC §3).
+    /// Messages per second per incoming webhook, by plan (docs §3).
     pub incoming_per_second: PerPlan,
-    /// Outgoing sends per second shared by all destinations of a space, by plan (SPEC D4).
+    /// Outgoing sends per second shared by all destinations of a space, by plan (docs D4).
     pub outgoing_per_second: PerPlan,
-    /// Bot messages per second per channel, all bots together (SPEC §4).
+    /// Bot messages per second per channel, all bots together (docs §4).
     pub bot_per_channel_per_second: i64,
-    /// Failed requests in a row that disable an incoming webhook (SPEC §3).
+    /// Failed requests in a row that disable an incoming webhook (docs §3).
     pub incoming_disable_after: i64,
-    /// Attempts in flight to one destination at once, across all instances (SPEC §2.5).
+    /// Attempts in flight to one destination at once, across all instances (docs §2.5).
     pub destination_in_flight: i64,
     /// Largest message text, in characters.
     pub message_max_chars: usize,
@@ -109,7 +109,7 @@ pub struct DispatchConfig {
     pub lease_margin_seconds: u64,
     /// The longest idle sleep between looks at the queue.
     pub idle_poll_ms: u64,
-    /// Dead-lettered deliveries in a row that disable a destination (SPEC §2.6).
+    /// Dead-lettered deliveries in a row that disable a destination (docs §2.6).
     pub auto_disable_after: i64,
     /// Streak lengths at which admins get an early warning.
     pub auto_disable_warn_at: Vec<i64>,
@@ -177,7 +177,7 @@ impl Default for Config {
     }
 }
 
-/// The base of every URL the product shows or sends (SPEC D13): incoming-webhook URLs
+/// The base of every URL the product shows or sends (docs D13): incoming-webhook URLs
 /// in the REST API and the console, links in notifications. Built from
 /// `PARTYFLOW_PUBLIC_URL`, never from a request's `Host` header: whoever sends a request
 /// must not choose the URL an admin copies to a sender.

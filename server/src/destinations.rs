@@ -1,4 +1,4 @@
-//! A destination's settings and the rules they follow (SPEC §1, §2.3, §2.5, §2.9,
+//! A destination's settings and the rules they follow (docs §1, §2.3, §2.5, §2.9,
 //! §2.10), in one place for every way of making or changing one: the REST API
 //! (`http::v1::destinations`) and the console (`console::settings`).
 //!

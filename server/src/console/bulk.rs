@@ -1,4 +1,4 @@
-//! Send again and Cancel (SPEC §2.7, §2.8), for chosen deliveries or every one
+//! Send again and Cancel (docs §2.7, §2.8), for chosen deliveries or every one
 //! matching a filter. Work goes in chunks of [`CHUNK`], each its own transaction,
 //! for about [`ROUND`] per call; the answer's cursor says where to go on, so a
 //! selection of any size finishes, with progress shown between rounds.

@@ -18,7 +18,7 @@ use crate::dispatch::retry::RetryPolicy;
 use crate::domain::*;
 use crate::storage::StorageError;
 
-/// The event type of a test event (SPEC names none).
+/// The event type of a test event (docs §6).
 pub const TEST_EVENT_TYPE: &str = "partyflow.test";
 
 /// A refused setting, in words: "Transformation: the jq program does not compile: …".

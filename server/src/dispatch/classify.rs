@@ -1,4 +1,4 @@
-//! The error class of an attempt (SPEC §2.2): from the receiver's status, or from
+//! The error class of an attempt (docs §2.2): from the receiver's status, or from
 //! the reqwest error when no answer came (timeout, dns, tls, connect, blocked, request).
 //!
 //! reqwest exposes a few kinds (`is_timeout`, `is_connect`, ...) but not DNS or TLS

@@ -2,7 +2,7 @@
 //! and records the outcome. Woken at once after ingest; otherwise sleeps until
 //! the next delivery is due. Durable by construction: every state lives in the
 //! database, so a crash loses at most the attempts in flight, which come back
-//! as `lost` when their lease expires (SPEC D3).
+//! as `lost` when their lease expires (docs D3).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -49,9 +49,9 @@ pub struct Settings {
     /// instances may add work this process is not told about).
     pub idle_poll: Duration,
     pub auto_disable: AutoDisable,
-    /// Attempts in flight to one destination, across instances (SPEC §2.5).
+    /// Attempts in flight to one destination, across instances (docs §2.5).
     pub per_destination_in_flight: i64,
-    /// Sends per second shared by a space's destinations, by plan (SPEC D4).
+    /// Sends per second shared by a space's destinations, by plan (docs D4).
     pub plan_per_second: crate::config::PerPlan,
     /// The share of `concurrency` retries may take.
     pub retry_share: f64,

@@ -1,4 +1,4 @@
-//! The outgoing-webhook dispatch engine (SPEC §2).
+//! The outgoing-webhook dispatch engine (docs §2).
 //!
 //! Pure rules, each tested next to it: [`retry`] (schedule and retryability),
 //! [`retry_after`] (parsing the receiver's Retry-After), [`signing`] (Standard

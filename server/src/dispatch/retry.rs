@@ -1,4 +1,4 @@
-//! The retry policy of a destination (SPEC §2.3): its settings and presets, how
+//! The retry policy of a destination (docs §2.3): its settings and presets, how
 //! they are read from the API, the backoff schedule, which failures are retried,
 //! and the decision after a failed attempt (retry when, or dead-letter).
 //!
@@ -247,7 +247,7 @@ impl RetryPolicy {
     /// Whether a failure of this class (with this HTTP status, for `Http`) is worth another attempt.
     ///
     /// `Cancelled` and `RateLimited` are not failures and answer `false`; the caller must
-    /// not dead-letter on them. `Lost` answers `true` (SPEC D3).
+    /// not dead-letter on them. `Lost` answers `true` (docs D3).
     pub fn is_retryable(&self, class: ErrorClass, status: Option<u16>) -> bool {
         match class {
             ErrorClass::Cancelled | ErrorClass::RateLimited => false,
@@ -269,7 +269,7 @@ impl RetryPolicy {
     ///
     /// Dead-letters when the failure is not retryable or the attempts are used up;
     /// otherwise waits the jittered backoff, combined with `retry_after_ms` only when
-    /// `status` is 429 or 503 (see [`RetryAfterMode`]). `Lost` attempts (SPEC D3: retried
+    /// `status` is 429 or 503 (see [`RetryAfterMode`]). `Lost` attempts (docs D3: retried
     /// at once without using up an attempt) are the caller's to handle before asking.
     pub fn decide(
         &self,

@@ -1,4 +1,4 @@
-//! Reading how long a receiver asks us to wait (SPEC §2.4), from a 429 or 503
+//! Reading how long a receiver asks us to wait (docs §2.4), from a 429 or 503
 //! answer: the `Retry-After` header (delta-seconds, then HTTP-date), then the body
 //! (`{"retry_after": n}`, then a bare number).
 //!
@@ -136,7 +136,7 @@ mod tests {
 
     #[test]
     fn an_http_date_with_the_wrong_weekday_is_still_read() {
-        // The example in SPEC §2.4: 18 Apr 2026 is a Saturday.
+        // The example in docs §2.4: 18 Apr 2026 is a Saturday.
         assert_eq!(
             parse(429, Some("Wed, 18 Apr 2026 14:35:00 GMT"), ""),
             secs(100)

@@ -1,6 +1,6 @@
-//! Standard Webhooks signatures (SPEC §2.9): the `whsec_` secrets we hand out, the
+//! Standard Webhooks signatures (docs §2.9): the `whsec_` secrets we hand out, the
 //! `webhook-signature` header we send (one `v1,` signature per valid secret during a
-//! rotation), and the check of that header on incoming webhooks (SPEC §3).
+//! rotation), and the check of that header on incoming webhooks (docs §3).
 //!
 //! The signed message is `{webhook-id}.{webhook-timestamp}.{body}`, the key is the
 //! base64-decoded part of the secret after `whsec_`, the MAC is HMAC-SHA256.

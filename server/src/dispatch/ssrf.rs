@@ -1,4 +1,4 @@
-//! Which addresses a destination may make us call (SPEC §2.11): the blocked
+//! Which addresses a destination may make us call (docs §2.11): the blocked
 //! networks (private, loopback, link-local, CGNAT, multicast, reserved; IPv4 and
 //! IPv6, including IPv4 embedded in IPv6), the operator's allow list, a reqwest
 //! resolver that checks every resolved address before we connect (no DNS-rebinding

@@ -1,4 +1,4 @@
-//! Transformations (SPEC §2.10): a destination's optional jq program, applied to
+//! Transformations (docs §2.10): a destination's optional jq program, applied to
 //! the event payload before it is sent.
 //!
 //! This is the interpreter the sandbox's worker processes run (`crate::sandbox`):

@@ -69,7 +69,7 @@ string_enum!(
 );
 
 string_enum!(
-    /// Where a delivery is in its life (SPEC §2.1).
+    /// Where a delivery is in its life (docs §2.1).
     DeliveryStatus, "delivery status" {
         Pending = "pending",
         Sending = "sending",
@@ -95,7 +95,7 @@ impl DeliveryStatus {
 }
 
 string_enum!(
-    /// Why the last attempt of a delivery did not succeed (SPEC §2.2), plus the
+    /// Why the last attempt of a delivery did not succeed (docs §2.2), plus the
     /// `rate_limited` marker, which is not a failure.
     ErrorClass, "error class" {
         Http = "http",

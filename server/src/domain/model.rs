@@ -1,4 +1,4 @@
-//! The records of the domain (SPEC §1) as the rest of the server sees them.
+//! The records of the domain (docs §1) as the rest of the server sees them.
 //! Storage converts its rows into these; nothing here knows about SQL.
 
 use serde_json::Value;
@@ -128,7 +128,7 @@ pub struct Delivery {
     pub destination_id: DestinationId,
     pub event_type: String,
     pub status: DeliveryStatus,
-    /// Waiting, but held because its destination is inactive (SPEC D6).
+    /// Waiting, but held because its destination is inactive (docs D6).
     pub paused: bool,
     pub attempts: i64,
     pub next_attempt_at: Option<UnixMs>,
@@ -216,7 +216,7 @@ pub struct Notification {
     pub read_at: Option<UnixMs>,
 }
 
-/// When a destination is switched off for failing (SPEC §2.6): after `after`
+/// When a destination is switched off for failing (docs §2.6): after `after`
 /// dead-lettered deliveries in a row, with early warnings for admins at `warn_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AutoDisable {

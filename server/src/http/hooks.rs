@@ -1,4 +1,4 @@
-//! Incoming webhooks, the senders' side (SPEC §3): `POST /hooks/{webhookId}/{token}`
+//! Incoming webhooks, the senders' side (docs §3): `POST /hooks/{webhookId}/{token}`
 //! with `{"text": "...", "attachments"?: [...]}` becomes a message in the webhook's
 //! channel, answered `201` with the message.
 //!
@@ -51,7 +51,7 @@ use crate::storage::{IncomingReplay, Slot, StorageError};
 /// How far a `webhook-timestamp` may be from our clock, either way (the Standard
 /// Webhooks default); older signed requests are refused as possible replays.
 pub const SIGNATURE_TOLERANCE_SECS: i64 = 5 * 60;
-/// The rate limits of SPEC §3 and §4 count messages per second.
+/// The rate limits of docs §3 and §4 count messages per second.
 pub const RATE_WINDOW_MS: i64 = 1_000;
 
 /// `/hooks/{id}/{token}`: where a sender posts; [`crate::config::PublicUrl::join`] makes

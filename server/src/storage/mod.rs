@@ -132,7 +132,7 @@ impl<C> Page<C> {
     }
 }
 
-/// The filters of the deliveries table (SPEC §5 and §6); every field is optional.
+/// The filters of the deliveries table (docs §5 and §6); every field is optional.
 #[derive(Debug, Clone, Default)]
 pub struct DeliveryFilter {
     pub space_id: Option<SpaceId>,
@@ -175,7 +175,7 @@ pub enum Published {
     },
 }
 
-/// How an attempt ends, as the engine decided (SPEC §2.1–2.3).
+/// How an attempt ends, as the engine decided (docs §2.1–2.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextStep {
     Succeeded,
@@ -185,7 +185,7 @@ pub enum NextStep {
     /// Dead-lettered: attempts exhausted or a failure that is not retried.
     DeadLetter,
     /// Cut short on our side (crash, shutdown): retried at `retry_at` without
-    /// using up an attempt (SPEC D3). `crashed`: the process sending it died (its
+    /// using up an attempt (docs D3). `crashed`: the process sending it died (its
     /// lease ran out); [`LOST_IN_A_ROW_FAILS`] of those in a row fail the delivery
     /// with class `lost`, so no input can keep the server in a crash loop.
     Lost {
@@ -244,7 +244,7 @@ pub struct ResendFailed {
 /// What a claim may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClaimLimits {
-    /// Attempts in flight to one destination at once, across instances (SPEC §2.5: 5).
+    /// Attempts in flight to one destination at once, across instances (docs §2.5: 5).
     pub per_destination: i64,
     /// Retries this claim may take (capacity is kept for first attempts).
     pub retries: i64,
@@ -284,7 +284,7 @@ pub struct IncomingEffects {
     pub disabled: bool,
 }
 
-/// A signed incoming request's `webhook-id` (SPEC §3), remembered by the transaction
+/// A signed incoming request's `webhook-id` (docs §3), remembered by the transaction
 /// that writes its message: a request that fails on our side remembers nothing, so the
 /// sender's retry is accepted; one that succeeded makes a replay of it refused.
 #[derive(Debug, Clone, Copy)]
@@ -383,7 +383,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn update_destination(&self, destination: &Destination) -> Result<()>;
     async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()>;
     /// Enables or disables a destination. Disabling pauses its waiting deliveries; enabling
-    /// resumes them and resets the dead-letter streak (SPEC D6).
+    /// resumes them and resets the dead-letter streak (docs D6).
     async fn set_destination_status(
         &self,
         space_id: SpaceId,
@@ -465,7 +465,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
 
-    // Resend and cancel (SPEC §2.7, §2.8).
+    // Resend and cancel (docs §2.7, §2.8).
     /// Cancels waiting deliveries of the space; others are reported, not touched.
     async fn cancel_deliveries(
         &self,
@@ -511,7 +511,7 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
         now: UnixMs,
     ) -> Result<(i64, i64)>;
 
-    // Messages, incoming webhooks and bots (SPEC §3, §4).
+    // Messages, incoming webhooks and bots (docs §3, §4).
     /// Stores a message and its `message.created` event with the event's fan-out, in one
     /// transaction; with `replay`, that transaction also remembers the request's
     /// `webhook-id`, and `None` (nothing written) answers one that was remembered before.

@@ -460,7 +460,7 @@ macro_rules! impl_storage {
             }
 
             /// A new delivery of the same event to the same destination, due now with a full set
-            /// of attempts, linked both ways to the original `id` (SPEC §2.7).
+            /// of attempts, linked both ways to the original `id` (docs §2.7).
             async fn resend_in(tx: &mut $crate::storage::write::WriteTx<'_, $db>, id: &str, now: UnixMs) -> Result<DeliveryId> {
                 let copy = DeliveryId::new();
                 sqlx::query(
@@ -975,7 +975,7 @@ macro_rules! impl_storage {
                     return Err(StorageError::NotFound);
                 }
                 // Disabling pauses what waits; enabling resumes it at once (the receiver is
-                // presumably fixed), without losing anything (SPEC D6).
+                // presumably fixed), without losing anything (docs D6).
                 sqlx::query(
                     "UPDATE deliveries SET paused = $1, updated_at = $2, \
                        next_attempt_at = CASE WHEN $1 THEN next_attempt_at ELSE $2 END \

@@ -1,4 +1,4 @@
-//! Bots and channels end to end (SPEC §4, §5): managing bots, the Bot REST API with
+//! Bots and channels end to end (docs §4, §5): managing bots, the Bot REST API with
 //! its per-channel rate shared by all bots, channels and their messages.
 
 use serde_json::{json, Value};

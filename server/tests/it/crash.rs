@@ -1,4 +1,4 @@
-//! SPEC §7, "nothing accepted is ever lost": the real `partyflow serve` process
+//! docs §7, "nothing accepted is ever lost": the real `partyflow serve` process
 //! is killed with SIGKILL five times in the middle of 10,000 deliveries (1,000
 //! events fanned out to 10 destinations), a new process starting on the same
 //! database each time, and every delivery still reaches the receiver, with few

@@ -1,4 +1,4 @@
-//! Incoming webhooks end to end (SPEC §3): senders post to `/hooks/{id}/{token}` of
+//! Incoming webhooks end to end (docs §3): senders post to `/hooks/{id}/{token}` of
 //! the real server; rate limits per webhook by plan, signatures, the failure streak
 //! and auto-disable, and a sender that follows the seed's retry advice.
 //!
@@ -16,7 +16,7 @@ use server::domain::Plan;
 use crate::helpers::{spawn_app, spawn_app_with_config, test_config, Receiver, Reply, TestApp};
 use crate::on_both_backends;
 
-/// The window of every rate limit in SPEC §3 and §4.
+/// The window of every rate limit in docs §3 and §4.
 pub const WINDOW: Duration = Duration::from_secs(1);
 
 /// A space of one plan with its own API key, called over HTTP as an integration would.
@@ -350,7 +350,7 @@ where
 
 on_both_backends! {
     async fn each_plan_accepts_exactly_its_rate_per_webhook_in_a_burst_and_429s_the_rest_with_retry_after(db) {
-        // The real default numbers: free 5, pro 10, enterprise 30 per second (SPEC §3).
+        // The real default numbers: free 5, pro 10, enterprise 30 per second (docs §3).
         let app = spawn_app(&db).await;
         let client = reqwest::Client::new();
         for (plan, limit) in [(Plan::Free, 5), (Plan::Pro, 10), (Plan::Enterprise, 30)] {
@@ -729,7 +729,7 @@ on_both_backends! {
     }
 }
 
-/// A sender that follows the seed's advice (SPEC §3): a 429 is retried after its
+/// A sender that follows the seed's advice (docs §3): a 429 is retried after its
 /// `Retry-After`; a 5xx (or a lost connection) is retried after 1, 2, 4, 8 s times
 /// `scale`, at most 5 tries in all; any other 4xx is never retried (fix the request).
 /// 429 waits do not use up tries (they say nothing about the request), but are capped.

@@ -1,4 +1,4 @@
-//! Rate limits and concurrency (SPEC §2.5), measured by the receivers themselves.
+//! Rate limits and concurrency (docs §2.5), measured by the receivers themselves.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Every listing of the REST API pages the same way (SPEC §5): keyset pagination in
+//! Every listing of the REST API pages the same way (docs §5): keyset pagination in
 //! storage, newest first, `limit` and `cursor` in, `nextCursor` out; cursors that are
 //! not this listing's are refused. And the delivery listing's filters.
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use crate::helpers::*;
 use crate::on_both_backends;
 
-/// Every route of the router, as the document names it. SPEC §5's calls are all here.
+/// Every route of the router, as the document names it. docs §5's calls are all here.
 const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/projects/{project}/destinations"),
     ("get", "/v1/projects/{project}/destinations"),

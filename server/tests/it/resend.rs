@@ -1,4 +1,4 @@
-//! Resend and cancel (SPEC §2.7, §2.8), API keys and notifications, over the real API.
+//! Resend and cancel (docs §2.7, §2.8), API keys and notifications, over the real API.
 
 use serde_json::{json, Value};
 

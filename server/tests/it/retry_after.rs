@@ -1,4 +1,4 @@
-//! Retry-After end to end (SPEC §2.3, §2.4): each format a receiver may use, the
+//! Retry-After end to end (docs §2.3, §2.4): each format a receiver may use, the
 //! values out of range, and how each preset combines them with its backoff.
 //!
 //! Nothing here waits for a retry: after the first attempt the delivery is

@@ -1,4 +1,4 @@
-//! The real retry schedules of SPEC §2.3, checked attempt by attempt without
+//! The real retry schedules of docs §2.3, checked attempt by attempt without
 //! waiting for them: after each failure the test reads the delay the engine chose
 //! (`nextAttemptAt`), then makes the delivery due at once in the database and
 //! waits for the next attempt, until the last one dead-letters.

@@ -1,4 +1,4 @@
-//! SPEC §2.9: "a receiver using any Standard Webhooks library must verify it".
+//! docs §2.9: "a receiver using any Standard Webhooks library must verify it".
 //! Real deliveries are checked by an independent implementation, the
 //! `standardwebhooks` package from PyPI, through
 //! `server/tests/support/verify_standard_webhooks.py`.

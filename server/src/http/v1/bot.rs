@@ -1,4 +1,4 @@
-//! The Bot REST API (SPEC §4): `POST /v1/bot/channels/{channelId}/messages` with
+//! The Bot REST API (docs §4): `POST /v1/bot/channels/{channelId}/messages` with
 //! `Authorization: Bot <token>` and `{"text": "...", "attachments"?: [...]}` posts a
 //! message into a channel of the bot's space, answered `201` with the message.
 //!

@@ -1,5 +1,5 @@
 //! `/v1/projects/{project}/bots`: create a bot (its token shown once), list and read
-//! bots, revoke one (SPEC §4, §5). Bots post through [`super::bot`].
+//! bots, revoke one (docs §4, §5). Bots post through [`super::bot`].
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};

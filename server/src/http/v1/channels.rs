@@ -1,5 +1,5 @@
 //! `/v1/projects/{project}/channels`: create, list, read, rename and delete channels,
-//! page through their messages, and post a message with the API key (SPEC §1, §5).
+//! page through their messages, and post a message with the API key (docs §1, §5).
 //!
 //! Messages are written here for every source (REST API, incoming webhooks, bots):
 //! [`post_message`] stores the message and its `message.created` event with the
@@ -27,7 +27,7 @@ use crate::http::error::{ApiError, ErrorBody};
 use crate::startup::AppState;
 use crate::storage::{IncomingReplay, NewEvent, Published, StorageError};
 
-/// The type of the event every new message emits (SPEC §1).
+/// The type of the event every new message emits (docs §1).
 pub const MESSAGE_CREATED: &str = "message.created";
 
 /// The longest channel name, in characters.

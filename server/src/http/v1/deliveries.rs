@@ -44,9 +44,9 @@ pub fn router() -> Router<AppState> {
         )
 }
 
-/// The most deliveries one resend or cancel call may name (SPEC §2.7).
+/// The most deliveries one resend or cancel call may name (docs §2.7).
 pub const MAX_CHOSEN: usize = 100;
-/// The most failed deliveries one resend-failed call resends (SPEC §2.7).
+/// The most failed deliveries one resend-failed call resends (docs §2.7).
 pub const MAX_RESEND_FAILED: i64 = 1000;
 
 /// The deliveries to act on.

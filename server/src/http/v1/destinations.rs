@@ -1,5 +1,5 @@
 //! `/v1/projects/{project}/destinations`: create, read, change, delete, list;
-//! enable, disable, rotate the signing secret (SPEC §5).
+//! enable, disable, rotate the signing secret (docs §5).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};

@@ -1,5 +1,5 @@
 //! `/v1/projects/{project}/incoming-webhooks`: create (the URL and token shown once),
-//! list, read, delete, enable (resets the failure streak) and disable (SPEC §3, §5).
+//! list, read, delete, enable (resets the failure streak) and disable (docs §3, §5).
 //! The senders' side, `POST /hooks/{id}/{token}`, is [`crate::http::hooks`].
 
 use axum::extract::rejection::QueryRejection;
@@ -108,7 +108,7 @@ fn view(w: &IncomingWebhook, rate_per_second: i64) -> WebhookView {
     }
 }
 
-/// The plan's incoming rate (SPEC §3), for the `ratePerSecond` field.
+/// The plan's incoming rate (docs §3), for the `ratePerSecond` field.
 async fn rate_of(state: &AppState, space_id: SpaceId) -> Result<i64, ApiError> {
     let space = state.storage.get_space(space_id).await?;
     Ok(state.config.limits.incoming_per_second.for_plan(space.plan))

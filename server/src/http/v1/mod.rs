@@ -1,4 +1,4 @@
-//! The REST API for integrations (SPEC §5), under `/v1`. Each resource has its own
+//! The REST API for integrations (docs §5), under `/v1`. Each resource has its own
 //! module exposing `fn router() -> Router<AppState>`; every answer is JSON and every
 //! error is `{"code","message"}`.
 

@@ -454,7 +454,7 @@ impl ToSchema for RateLimit {
 #[allow(dead_code)]
 pub struct EventTypePattern(String);
 
-/// The retry policy as answered: every field filled in (SPEC §2.3).
+/// The retry policy as answered: every field filled in (docs §2.3).
 #[derive(ToSchema)]
 #[schema(rename_all = "camelCase")]
 #[allow(dead_code)]
