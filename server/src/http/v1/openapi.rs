@@ -121,7 +121,7 @@ pub fn router() -> Router<AppState> {
         (name = "Events", description = "Publishing an event writes one delivery per active \
             destination subscribed to its type, in the same transaction."),
         (name = "Deliveries", description = "One event on its way to one destination, with its \
-            attempts; resend (SPEC §2.7) and cancel (SPEC §2.8)."),
+            attempts; resend and cancel."),
         (name = "Channels", description = "Channels and their messages; every new message emits a \
             `message.created` event."),
         (name = "Incoming webhooks", description = "URLs that senders post messages to."),
@@ -402,8 +402,8 @@ macro_rules! enum_schemas {
 }
 
 enum_schemas! {
-    DeliveryStatus => "Where a delivery is in its life (SPEC §2.1).",
-    ErrorClass => "Why the last attempt did not succeed (SPEC §2.2); `rate_limited` marks a \
+    DeliveryStatus => "Where a delivery is in its life.",
+    ErrorClass => "Why the last attempt did not succeed; `rate_limited` marks a \
         delivery held back by a rate limit, not a failure.",
     DestinationStatus => "`inactive` after auto-disable or by hand; inactive destinations get no \
         new deliveries.",
