@@ -658,27 +658,31 @@ impl Engine {
 
         // The body: the payload, or what the destination's transformation makes of it
         // (in the sandbox: whatever the program does, it cannot reach this process).
-        let payload = event.payload.to_string();
         let body = match &destination.transformation {
-            None => payload,
+            None => event.payload.to_string(),
             Some(program) => {
-                let result = match serde_json::value::RawValue::from_string(payload.clone()) {
-                    Ok(input) => self.sandbox.run(program, &input).await,
-                    Err(e) => Err(TransformError::Runtime(format!(
-                        "the payload is not JSON: {e}"
-                    ))),
-                };
-                match result {
-                    Ok(output) => output,
-                    Err(e @ TransformError::Unavailable(_)) => {
-                        attempt.request_body = payload;
-                        let mut outcome = fail(attempt, ErrorClass::Lost, e.to_string());
-                        outcome.not_our_receivers_fault = true;
-                        return outcome;
-                    }
+                // Serialized once (not re-parsed) and handed to the worker as it is.
+                let input = match serde_json::value::to_raw_value(&event.payload) {
+                    Ok(input) => input,
                     Err(e) => {
-                        attempt.request_body = payload;
-                        return fail(attempt, ErrorClass::Transformation, e.to_string());
+                        let why = format!("the payload cannot be serialized: {e}");
+                        return fail(attempt, ErrorClass::Transformation, why);
+                    }
+                };
+                match self.sandbox.run(program, &input).await {
+                    Ok(output) => output,
+                    Err(e) => {
+                        attempt.request_body = input.get().to_owned();
+                        // The sandbox failing to run at all is ours, not the program's.
+                        let ours = matches!(e, TransformError::Unavailable(_));
+                        let class = if ours {
+                            ErrorClass::Lost
+                        } else {
+                            ErrorClass::Transformation
+                        };
+                        let mut outcome = fail(attempt, class, e.to_string());
+                        outcome.not_our_receivers_fault = ours;
+                        return outcome;
                     }
                 }
             }

@@ -18,7 +18,7 @@
 //!   and looks at the clock, and unwinds out of the interpreter once 64 MiB of
 //!   stack is used or the time is up. `range` gets the same checkpoint per value
 //!   so that `[range(1e15)]` cannot fill memory between checkpoints.
-//! - [`compile`] refuses programs over [`MAX_PROGRAM_BYTES`] or nested deeper
+//! - [`compile_on_this_thread`] refuses programs over [`MAX_PROGRAM_BYTES`] or nested deeper
 //!   than [`MAX_PROGRAM_NESTING`]; `fromjson` refuses text nested deeper than
 //!   10 000 levels; outputs nested deeper than [`MAX_OUTPUT_DEPTH`] are refused.
 //!   jaq's parsers and printers recurse once per level, without checkpoints.
@@ -40,7 +40,6 @@ use std::cell::Cell;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use jaq_core::box_iter::box_once;
@@ -55,10 +54,10 @@ use jaq_json::{Num, Val};
 #[cfg(panic = "abort")]
 compile_error!("dispatch::transform needs panic = \"unwind\" to stop runaway jq programs");
 
-/// The longest program [`compile`] accepts, in bytes.
+/// The longest program [`compile_on_this_thread`] accepts, in bytes.
 pub const MAX_PROGRAM_BYTES: usize = 64 * 1024;
 
-/// How deeply [`compile`] lets brackets (and chains of unary minus) nest in a
+/// How deeply [`compile_on_this_thread`] lets brackets (and chains of unary minus) nest in a
 /// program. jaq parses and compiles recursively, using several KiB of stack per
 /// level; 30 000 nested `[` overflow even a 256 MiB stack.
 pub const MAX_PROGRAM_NESTING: usize = 256;
@@ -156,32 +155,13 @@ impl fmt::Debug for Transform {
 }
 
 /// Compiles `program` with the jq standard library (jaq's `std` and `json`
-/// definitions) available.
+/// definitions) available, on the calling thread, which must have
+/// [`THREAD_STACK_BYTES`] of stack (the sandbox's worker thread does).
 ///
 /// Fails with [`TransformError::Compile`] when the program is longer than
-/// [`MAX_PROGRAM_BYTES`], does not parse, or uses a filter or variable that does
-/// not exist (including `input`, `$ENV` and modules, which transformations do
-/// not have). Compiles on a thread of its own, so deeply nested syntax cannot
-/// overflow the caller's stack.
-pub fn compile(program: &str) -> Result<Transform, TransformError> {
-    check_size(program)?;
-    let compiled = thread::scope(|scope| {
-        let worker = thread::Builder::new()
-            .name("jq-compile".into())
-            .stack_size(THREAD_STACK_BYTES)
-            .spawn_scoped(scope, || compile_here(program))
-            .map_err(|e| TransformError::Compile(format!("could not start the compiler: {e}")))?;
-        worker.join().unwrap_or_else(|_| {
-            Err(TransformError::Compile(
-                "the jq compiler failed on this program".into(),
-            ))
-        })
-    })?;
-    Ok(Transform(Arc::new(compiled)))
-}
-
-/// [`compile`] on the calling thread, which must have [`THREAD_STACK_BYTES`] of
-/// stack (the sandbox's worker thread does).
+/// [`MAX_PROGRAM_BYTES`], nests deeper than [`MAX_PROGRAM_NESTING`], does not
+/// parse, or uses a filter or variable that does not exist (including `input`,
+/// `$ENV` and modules, which transformations do not have).
 pub fn compile_on_this_thread(program: &str) -> Result<Transform, TransformError> {
     check_size(program)?;
     let compiled =
@@ -191,6 +171,28 @@ pub fn compile_on_this_thread(program: &str) -> Result<Transform, TransformError
             ))
         })?;
     Ok(Transform(Arc::new(compiled)))
+}
+
+/// Runs `f` on a thread with [`THREAD_STACK_BYTES`] of stack: for tests, which
+/// have no sandbox worker.
+#[cfg(test)]
+fn on_big_stack<T: Send>(
+    f: impl FnOnce() -> Result<T, TransformError> + Send,
+) -> Result<T, TransformError> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(THREAD_STACK_BYTES)
+            .spawn_scoped(scope, f)
+            .map_err(could_not_start)?
+            .join()
+            .unwrap_or_else(|_| Err(interpreter_failed()))
+    })
+}
+
+/// [`compile_on_this_thread`] on a thread of its own (for tests).
+#[cfg(test)]
+pub(crate) fn compile(program: &str) -> Result<Transform, TransformError> {
+    on_big_stack(|| compile_on_this_thread(program))
 }
 
 fn check_size(program: &str) -> Result<(), TransformError> {
@@ -218,26 +220,8 @@ impl Transform {
     /// Runs the program on `input` and returns its first output; later outputs
     /// are not evaluated (so `repeat(.)` is fine). With a `limit`, a program still
     /// running after it stops with [`TransformError::Timeout`] at its next
-    /// checkpoint.
-    ///
-    /// Runs on a thread of its own with a large stack; recursion that goes too
-    /// deep is stopped with [`TransformError::Runtime`].
-    pub fn run(
-        &self,
-        input: &serde_json::Value,
-        limit: Option<Duration>,
-    ) -> Result<serde_json::Value, TransformError> {
-        thread::scope(|scope| {
-            let worker = thread::Builder::new()
-                .name("jq-run".into())
-                .stack_size(THREAD_STACK_BYTES)
-                .spawn_scoped(scope, || self.run_on_this_thread(input, limit))
-                .map_err(could_not_start)?;
-            worker.join().unwrap_or_else(|_| Err(interpreter_failed()))
-        })
-    }
-
-    /// [`Transform::run`] on the calling thread, which must have
+    /// checkpoint; recursion that goes too deep is stopped with
+    /// [`TransformError::Runtime`]. The calling thread must have
     /// [`THREAD_STACK_BYTES`] of stack (the sandbox's worker thread does).
     pub fn run_on_this_thread(
         &self,
@@ -246,6 +230,16 @@ impl Transform {
     ) -> Result<serde_json::Value, TransformError> {
         let deadline = limit.map(|l| (Instant::now() + l, l.as_millis() as u64));
         evaluate(&self.0.filter, input, deadline)
+    }
+
+    /// [`Transform::run_on_this_thread`] on a thread of its own (for tests).
+    #[cfg(test)]
+    pub(crate) fn run(
+        &self,
+        input: &serde_json::Value,
+        limit: Option<Duration>,
+    ) -> Result<serde_json::Value, TransformError> {
+        on_big_stack(|| self.run_on_this_thread(input, limit))
     }
 }
 
@@ -270,6 +264,7 @@ pub fn to_bounded_json(value: &serde_json::Value) -> Result<String, TransformErr
     String::from_utf8(out.0).map_err(|e| TransformError::Output(e.to_string()))
 }
 
+#[cfg(test)]
 fn could_not_start(e: std::io::Error) -> TransformError {
     TransformError::Runtime(format!("could not start the jq interpreter: {e}"))
 }
