@@ -475,33 +475,27 @@ impl Receiver {
 pub async fn refuse_inserts(db_url: &str, table: &str, constraint: &str) {
     let trigger = format!("pf_test_refuse_{table}");
     if db_url.starts_with("sqlite") {
-        let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
-        sqlx::query(&format!(
-            "CREATE TRIGGER {trigger} BEFORE INSERT ON {table} \
+        run_sql(
+            db_url,
+            &[format!(
+                "CREATE TRIGGER {trigger} BEFORE INSERT ON {table} \
              BEGIN SELECT RAISE(ABORT, 'CHECK constraint failed: {constraint}'); END"
-        ))
-        .execute(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
+            )],
+        )
+        .await;
     } else {
-        let pool = sqlx::PgPool::connect(db_url).await.unwrap();
-        sqlx::query(&format!(
-            "CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-             RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = '{constraint}', \
-             MESSAGE = 'new row for relation \"{table}\" violates check constraint \"{constraint}\"'; \
-             END $$"
-        ))
-        .execute(&pool)
-        .await
-        .unwrap();
-        sqlx::query(&format!(
-            "CREATE TRIGGER {trigger} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {trigger}()"
-        ))
-        .execute(&pool)
-        .await
-        .unwrap();
-        pool.close().await;
+        run_sql(db_url, &[
+            format!(
+                "CREATE FUNCTION {trigger}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 RAISE EXCEPTION USING ERRCODE = 'check_violation', CONSTRAINT = '{constraint}', \
+                 MESSAGE = 'new row for relation \"{table}\" violates check constraint \"{constraint}\"'; \
+                 END $$"
+            ),
+            format!(
+                "CREATE TRIGGER {trigger} BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION {trigger}()"
+            ),
+        ])
+        .await;
     }
 }
 
@@ -509,22 +503,32 @@ pub async fn refuse_inserts(db_url: &str, table: &str, constraint: &str) {
 pub async fn allow_inserts(db_url: &str, table: &str) {
     let trigger = format!("pf_test_refuse_{table}");
     if db_url.starts_with("sqlite") {
+        run_sql(db_url, &[format!("DROP TRIGGER {trigger}")]).await;
+    } else {
+        run_sql(
+            db_url,
+            &[
+                format!("DROP TRIGGER {trigger} ON {table}"),
+                format!("DROP FUNCTION {trigger}()"),
+            ],
+        )
+        .await;
+    }
+}
+
+/// Runs `statements` on the database at `db_url`, on a connection of its own.
+async fn run_sql(db_url: &str, statements: &[String]) {
+    if db_url.starts_with("sqlite") {
         let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
-        sqlx::query(&format!("DROP TRIGGER {trigger}"))
-            .execute(&pool)
-            .await
-            .unwrap();
+        for sql in statements {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
         pool.close().await;
     } else {
         let pool = sqlx::PgPool::connect(db_url).await.unwrap();
-        sqlx::query(&format!("DROP TRIGGER {trigger} ON {table}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-        sqlx::query(&format!("DROP FUNCTION {trigger}()"))
-            .execute(&pool)
-            .await
-            .unwrap();
+        for sql in statements {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
         pool.close().await;
     }
 }
