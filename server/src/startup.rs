@@ -24,10 +24,8 @@ use crate::storage::{self, Storage};
 #[derive(Clone)]
 pub struct AppState {
     pub storage: Arc<dyn Storage>,
-    /// Wakes the dispatch engine after new deliveries are written.
-    pub wake: Arc<tokio::sync::Notify>,
-    /// Names the destinations that just got deliveries (cheaper than `wake`).
-    pub hints: Arc<crate::dispatch::engine::Hints>,
+    /// Tells the dispatch engine that deliveries were written or released.
+    pub engine: crate::dispatch::engine::EngineHandle,
     /// Publishes, committed in groups.
     pub publisher: crate::storage::group_commit::Publisher,
     pub console: SharedBackend,
@@ -102,15 +100,14 @@ pub async fn run(
     let state = AppState {
         console: Arc::new(console::Backend::new(
             storage.clone(),
-            engine.waker(),
+            engine.handle(),
             shared_config.clone(),
             public_url.clone(),
             sessions.clone(),
             sandbox.clone(),
         )),
         sandbox,
-        wake: engine.waker(),
-        hints: engine.hints(),
+        engine: engine.handle(),
         publisher: crate::storage::group_commit::Publisher::start(storage.clone()),
         storage,
         leptos_options: leptos_options(&config, addr),

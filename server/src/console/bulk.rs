@@ -139,7 +139,7 @@ impl Backend {
             }
         }
         if op == Op::Resend && t.resent > 0 {
-            self.wake.notify_one();
+            self.engine.wake();
         }
         Ok(())
     }
@@ -251,7 +251,7 @@ impl Backend {
             }
         };
         if resent > 0 {
-            self.wake.notify_one();
+            self.engine.wake();
         }
         tracing::info!(destination.id = %d.id, resent, remaining, "console: sent failed deliveries again");
         let mut message = format!("Sent again {resent} failed deliveries of {}.", d.url);

@@ -70,7 +70,7 @@ impl Backend {
             .map_err(|e| storage_error(e, "destination"))?;
         tracing::info!(destination.id = %d.id, user.id = %actor.id, active, "console: destination status changed");
         if active {
-            self.wake.notify_one();
+            self.engine.wake();
             Ok(Notice::new(format!(
                 "Re-enabled {}: {paused} paused deliveries resume.",
                 d.url

@@ -43,8 +43,8 @@ mod views;
 /// The console's view of the server.
 pub struct Backend {
     storage: Arc<dyn Storage>,
-    /// Wakes the dispatch engine after the console writes deliveries (resend, re-enable).
-    wake: Arc<tokio::sync::Notify>,
+    /// Tells the dispatch engine about deliveries the console writes (resend, re-enable).
+    engine: crate::dispatch::engine::EngineHandle,
     config: Arc<crate::config::Config>,
     /// The base of the URLs the console shows (an incoming webhook's).
     public_url: crate::config::PublicUrl,
@@ -57,7 +57,7 @@ pub struct Backend {
 impl Backend {
     pub fn new(
         storage: Arc<dyn Storage>,
-        wake: Arc<tokio::sync::Notify>,
+        engine: crate::dispatch::engine::EngineHandle,
         config: Arc<crate::config::Config>,
         public_url: crate::config::PublicUrl,
         sessions: sessions::AnyStore,
@@ -65,7 +65,7 @@ impl Backend {
     ) -> Self {
         Self {
             storage,
-            wake,
+            engine,
             config,
             public_url,
             sessions,

@@ -304,7 +304,7 @@ impl Backend {
             Err(StorageError::Conflict(_)) => return Err(inactive()),
             Err(e) => return Err(storage_error(e, "destination")),
         };
-        self.wake.notify_one();
+        self.engine.wake();
         tracing::info!(destination.id = %d.id, delivery.id = %delivery, user.id = %actor.id, "console: test event sent");
         Ok(Notice::new(format!(
             "Sent a test event ({TEST_EVENT_TYPE}) to {}.",

@@ -78,7 +78,7 @@ impl Default for Settings {
 /// the full, time-ordered scan runs only when woken without names, on a timer, and
 /// when the next delivery falls due.
 #[derive(Default)]
-pub struct Hints {
+struct Hints {
     due: Mutex<(
         std::collections::VecDeque<DestinationId>,
         std::collections::HashSet<DestinationId>,
@@ -88,7 +88,7 @@ pub struct Hints {
 
 impl Hints {
     /// These destinations have work due now.
-    pub fn due_now(&self, destinations: impl IntoIterator<Item = DestinationId>) {
+    fn due_now(&self, destinations: impl IntoIterator<Item = DestinationId>) {
         let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
         let (queue, known) = &mut *due;
         for d in destinations {
@@ -113,12 +113,34 @@ impl Hints {
     }
 }
 
+/// What the rest of the server holds of the engine: the way to say that work is due.
+/// Everything that writes or releases deliveries (publishing, posting a message, a
+/// resend, re-enabling a destination) gets a clone.
+#[derive(Clone, Default)]
+pub struct EngineHandle {
+    wake: Arc<Notify>,
+    hints: Arc<Hints>,
+}
+
+impl EngineHandle {
+    /// New deliveries to these destinations are due now: the engine claims for them by
+    /// name, which is cheaper than a look at the whole queue.
+    pub fn due_now(&self, destinations: impl IntoIterator<Item = DestinationId>) {
+        self.hints.due_now(destinations);
+    }
+
+    /// Deliveries were written or released without naming their destinations (a bulk
+    /// resend, a re-enabled destination): the engine looks at the whole queue.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
 pub struct Engine {
     storage: Arc<dyn Storage>,
     client: reqwest::Client,
     network: Arc<ssrf::NetworkPolicy>,
-    wake: Arc<Notify>,
-    hints: Arc<Hints>,
+    handle: EngineHandle,
     settings: Settings,
     /// Where transformations run.
     sandbox: Sandbox,
@@ -165,8 +187,7 @@ impl Engine {
             storage,
             client,
             network,
-            wake: Arc::new(Notify::new()),
-            hints: Arc::default(),
+            handle: EngineHandle::default(),
             settings,
             sandbox,
             plans: Mutex::new(HashMap::new()),
@@ -176,15 +197,9 @@ impl Engine {
         })
     }
 
-    /// Call after writing or releasing deliveries so they go out without waiting for a
-    /// poll (a full look at the queue).
-    pub fn waker(&self) -> Arc<Notify> {
-        self.wake.clone()
-    }
-
-    /// Name the destinations that just got deliveries: cheaper than [`Engine::waker`].
-    pub fn hints(&self) -> Arc<Hints> {
-        self.hints.clone()
+    /// The handle through which the rest of the server says that work is due.
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
     }
 
     /// Runs until `shutdown`; then stops claiming, lets in-flight attempts finish for
@@ -232,7 +247,7 @@ impl Engine {
                 retries: (retry_capacity - self.retries_in_flight.load(Ordering::Relaxed)).max(0),
             };
             let want = free.min(256);
-            let targets = self.hints.take(want);
+            let targets = self.handle.hints.take(want);
             let claimed = if !targets.is_empty() {
                 self.storage
                     .claim_for(&targets, now, want as i64, margin, &limits)
@@ -273,7 +288,7 @@ impl Engine {
                     // A publish that got through (its hint) means the database is back.
                     tokio::select! {
                         _ = shutdown.cancelled() => break,
-                        _ = self.hints.notify.notified() => {}
+                        _ = self.handle.hints.notify.notified() => {}
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }
@@ -386,8 +401,8 @@ impl Engine {
         };
         tokio::select! {
             _ = shutdown.cancelled() => true,
-            _ = self.wake.notified() => true,
-            _ = self.hints.notify.notified() => false,
+            _ = self.handle.wake.notified() => true,
+            _ = self.handle.hints.notify.notified() => false,
             _ = tokio::time::sleep(sleep) => true,
         }
     }
@@ -445,7 +460,7 @@ impl Engine {
             tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
         }
         // A slot to this destination is free: its next due delivery can go.
-        self.hints.due_now([d.destination_id]);
+        self.handle.hints.due_now([d.destination_id]);
     }
 
     async fn try_deliver(

@@ -218,7 +218,7 @@ pub async fn post_message_once(
         .await?
     {
         None => return Ok(None),
-        Some(Published::Created { destinations, .. }) => state.hints.due_now(destinations),
+        Some(Published::Created { destinations, .. }) => state.engine.due_now(destinations),
         Some(_) => {}
     }
     Ok(Some(view))

@@ -181,7 +181,7 @@ async fn resend_one(
         .await?;
     match outcome.first().map(|(_, o)| *o) {
         Some(BulkOutcome::Resent(new)) => {
-            state.wake.notify_one();
+            state.engine.wake();
             let copy = state.storage.get_delivery(new).await?;
             Ok((StatusCode::ACCEPTED, Json(DeliveryView::from(&copy))))
         }
@@ -234,7 +234,7 @@ async fn resend_many(
         .filter(|(_, o)| matches!(o, BulkOutcome::Resent(_)))
         .count() as i64;
     if resent > 0 {
-        state.wake.notify_one();
+        state.engine.wake();
     }
     results.extend(
         outcomes
@@ -336,7 +336,7 @@ async fn resend_failed(
         .resend_failed(space_id, destination_id, MAX_RESEND_FAILED, now_ms())
         .await?;
     if done.resent > 0 {
-        state.wake.notify_one();
+        state.engine.wake();
     }
     Ok(Json(ResendFailedAnswer {
         resent: done.resent,

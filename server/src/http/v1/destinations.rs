@@ -344,7 +344,7 @@ async fn set_status(
         )
         .await?;
     if status == DestinationStatus::Active {
-        state.wake.notify_one();
+        state.engine.wake();
     }
     Ok(Json(view(&updated)))
 }

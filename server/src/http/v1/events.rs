@@ -129,7 +129,7 @@ async fn publish(
             destinations,
             ..
         } => {
-            state.hints.due_now(destinations);
+            state.engine.due_now(destinations);
             Ok((
                 StatusCode::ACCEPTED,
                 Json(Published202 {
