@@ -1,11 +1,11 @@
-//! Wires the server together: storage, sessions, the console, the API, and
-//! graceful shutdown on SIGTERM/SIGINT.
+//! Wires the server together: storage, sessions, the engine, the [`AppState`] of
+//! every handler, the router (API + console), serving, and graceful shutdown on
+//! SIGTERM/SIGINT. Nothing else lives here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use app::port::SharedBackend;
 use axum::Router;
 use leptos::prelude::*;
 use leptos_axum::{generate_route_list, LeptosRoutes};
@@ -15,33 +15,10 @@ use tower_http::trace::TraceLayer;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
-use crate::config::{Config, PublicUrl};
+use crate::config::Config;
 use crate::console::{self, sessions::AnyStore};
-use crate::http;
+use crate::http::{self, AppState};
 use crate::storage::{self, Storage};
-
-/// What every handler can reach.
-#[derive(Clone)]
-pub struct AppState {
-    pub storage: Arc<dyn Storage>,
-    /// Tells the dispatch engine that deliveries were written or released.
-    pub engine: crate::dispatch::engine::EngineHandle,
-    /// Publishes, committed in groups.
-    pub publisher: crate::storage::group_commit::Publisher,
-    pub console: SharedBackend,
-    /// Where tenants' programs (transformations) are checked and run.
-    pub sandbox: crate::sandbox::Sandbox,
-    pub leptos_options: LeptosOptions,
-    pub config: Arc<Config>,
-    /// The base of every URL the product shows (`PARTYFLOW_PUBLIC_URL`), never a `Host` header.
-    pub public_url: PublicUrl,
-}
-
-impl axum::extract::FromRef<AppState> for LeptosOptions {
-    fn from_ref(state: &AppState) -> Self {
-        state.leptos_options.clone()
-    }
-}
 
 /// Connects, migrates and serves until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> anyhow::Result<()> {

@@ -27,7 +27,7 @@ use tower_sessions::Session;
 use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::{Role, User, UserId};
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::{Slot, Storage, StorageError};
 
 mod bulk;

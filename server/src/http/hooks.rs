@@ -45,7 +45,7 @@ use crate::dispatch::signing::{self, VerifyError};
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::v1::channels::{post_message_once, MessageBody, MessageView};
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::{IncomingReplay, Slot, StorageError};
 
 /// How far a `webhook-timestamp` may be from our clock, either way (the Standard

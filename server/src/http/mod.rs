@@ -1,4 +1,5 @@
-//! The HTTP surface apart from the console: health and readiness, and the REST API.
+//! The HTTP surface apart from the console: health and readiness, the REST API, incoming
+//! hooks, and [`AppState`], what every handler (the console's guard too) can reach.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -6,12 +7,13 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 
-use crate::startup::AppState;
-
 pub mod error;
 pub mod hooks;
 pub mod request_id;
+mod state;
 pub mod v1;
+
+pub use state::AppState;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
     Router::new()

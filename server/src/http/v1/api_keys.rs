@@ -19,7 +19,7 @@ use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::StorageError;
 
 pub fn router() -> Router<AppState> {

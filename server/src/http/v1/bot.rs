@@ -24,7 +24,7 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::hooks::{only_post, too_many_requests, within_window, RATE_WINDOW_MS};
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::{Slot, StorageError};
 
 pub fn router() -> Router<AppState> {

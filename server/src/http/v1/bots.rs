@@ -19,7 +19,7 @@ use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::ApiError;
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::StorageError;
 
 /// Bot tokens start with this, so a leaked one is recognisable.

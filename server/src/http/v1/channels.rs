@@ -24,7 +24,7 @@ use super::views::{rfc3339, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::{IncomingReplay, NewEvent, Published, StorageError};
 
 /// The type of the event every new message emits (docs §1).

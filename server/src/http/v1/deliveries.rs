@@ -17,7 +17,7 @@ use super::views::{AttemptView, DeliveryView, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::{BulkOutcome, DeliveryFilter, StorageError};
 
 pub fn router() -> Router<AppState> {

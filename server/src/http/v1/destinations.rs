@@ -21,7 +21,7 @@ use crate::destinations;
 use crate::dispatch::retry::RetryPolicy;
 use crate::domain::*;
 use crate::http::error::ApiError;
-use crate::startup::AppState;
+use crate::http::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -20,7 +20,7 @@ use super::views::{EventView, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::{NewEvent, Published, StorageError};
 
 pub fn router() -> Router<AppState> {

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use crate::auth;
 use crate::domain::{ApiKey, SpaceId};
 use crate::http::error::ApiError;
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::StorageError;
 
 /// The space whose API key authenticated this request.

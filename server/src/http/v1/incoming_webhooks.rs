@@ -26,7 +26,7 @@ use crate::dispatch::signing;
 use crate::domain::*;
 use crate::http::error::ApiError;
 use crate::http::hooks;
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::StorageError;
 
 /// Tokens of incoming webhooks start with this, so a leaked one is recognisable.

@@ -5,7 +5,7 @@
 use axum::extract::DefaultBodyLimit;
 use axum::Router;
 
-use crate::startup::AppState;
+use crate::http::AppState;
 
 pub mod api_keys;
 pub mod bot;

@@ -17,7 +17,7 @@ use super::views::{rfc3339, PageOf};
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::ApiError;
-use crate::startup::AppState;
+use crate::http::AppState;
 use crate::storage::StorageError;
 
 pub fn router() -> Router<AppState> {

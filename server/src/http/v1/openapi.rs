@@ -28,7 +28,7 @@ use super::{incoming_webhooks, notifications};
 use crate::domain::*;
 use crate::http::error::ErrorBody;
 use crate::http::hooks;
-use crate::startup::AppState;
+use crate::http::AppState;
 
 pub fn router() -> Router<AppState> {
     Router::new()
