@@ -9,6 +9,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+use crate::domain::PerPlan;
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
@@ -39,25 +41,6 @@ pub struct Config {
     pub sandbox: crate::sandbox::Settings,
 }
 
-/// One number per plan.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PerPlan {
-    pub free: i64,
-    pub pro: i64,
-    pub enterprise: i64,
-}
-
-impl PerPlan {
-    pub fn for_plan(&self, plan: crate::domain::Plan) -> i64 {
-        match plan {
-            crate::domain::Plan::Free => self.free,
-            crate::domain::Plan::Pro => self.pro,
-            crate::domain::Plan::Enterprise => self.enterprise,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
@@ -78,16 +61,8 @@ pub struct LimitsConfig {
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
-            incoming_per_second: PerPlan {
-                free: 5,
-                pro: 10,
-                enterprise: 30,
-            },
-            outgoing_per_second: PerPlan {
-                free: 10,
-                pro: 100,
-                enterprise: 1000,
-            },
+            incoming_per_second: PerPlan::INCOMING_PER_SECOND,
+            outgoing_per_second: PerPlan::OUTGOING_PER_SECOND,
             bot_per_channel_per_second: 10,
             incoming_disable_after: 100,
             destination_in_flight: 5,

@@ -52,7 +52,7 @@ pub struct Settings {
     /// Attempts in flight to one destination, across instances (docs §2.5).
     pub per_destination_in_flight: i64,
     /// Sends per second shared by a space's destinations, by plan (docs D4).
-    pub plan_per_second: crate::config::PerPlan,
+    pub plan_per_second: crate::domain::PerPlan,
     /// The share of `concurrency` retries may take.
     pub retry_share: f64,
 }
@@ -61,7 +61,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             per_destination_in_flight: 5,
-            plan_per_second: crate::config::LimitsConfig::default().outgoing_per_second,
+            plan_per_second: crate::domain::PerPlan::OUTGOING_PER_SECOND,
             retry_share: 0.8,
             concurrency: 64,
             lease_margin: Duration::from_secs(15),

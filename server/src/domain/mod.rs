@@ -1,5 +1,6 @@
 //! The domain: identifiers and the closed sets of values the product talks about
-//! (plans, roles, statuses, error classes). Nothing here knows about HTTP or SQL.
+//! (plans, roles, statuses, error classes) and the numbers each plan sets (plans.rs).
+//! Nothing here knows about HTTP or SQL.
 
 pub mod ids;
 
@@ -57,6 +58,8 @@ macro_rules! string_enum {
 
 pub mod model;
 pub use model::*;
+pub mod plans;
+pub use plans::PerPlan;
 
 string_enum!(
     /// A space's plan; it sets the shared outgoing send rate and the incoming webhook rate.
