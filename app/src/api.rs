@@ -1,4 +1,4 @@
-//! The console's server functions: thin doors to the [`crate::port::ConsoleBackend`].
+//! The console's server functions: thin doors to the console's ports ([`crate::port`]).
 //!
 //! Each one finds out who is asking (from the session), and each change also checks
 //! that the request came from the console's own pages (CSRF). The role checks live in

@@ -116,7 +116,7 @@ fn TopBar(unread: Resource<Result<i64, ConsoleError>>) -> impl IntoView {
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
                     me.await.ok().map(|u| view! {
-                        <span class="who" data-testid="signed-in-as">{u.email.clone()} " · " {u.role.clone()}</span>
+                        <span class="who" data-testid="signed-in-as">{u.email.clone()} " · " {u.role.as_str()}</span>
                     })
                 })}
             </Transition>

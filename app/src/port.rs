@@ -1,10 +1,13 @@
-//! What the console needs from the server (server side only). The server
-//! implements [`ConsoleBackend`] over its storage and provides it as
-//! `Arc<dyn ConsoleBackend>` in the Leptos context of every request.
+//! What the console needs from the server (server side only), one port per area:
+//! [`SessionPort`] (sign-in, first run), [`ReadPort`], [`OverviewPort`], [`BulkPort`]
+//! (send again, cancel, mark read), [`AdminPort`] (spaces, credentials, statuses),
+//! [`SettingsPort`] (the destination form, test events) and [`UserPort`]. The server
+//! implements each one in its console module of that area; [`ConsoleBackend`] is all of
+//! them, provided as [`SharedBackend`] in the Leptos context of every request.
 //!
 //! Every method that acts for someone takes the signed-in user (`actor`, read from
-//! the session by the server function) and checks the role itself: the server
-//! refuses what a role may not do, whatever the page shows.
+//! the session by the server function, with its typed [`Role`]) and checks the role
+//! itself: the server refuses what a role may not do, whatever the page shows.
 
 use std::sync::Arc;
 
@@ -16,8 +19,9 @@ pub const SESSION_USER_KEY: &str = "user_id";
 
 type R<T> = Result<T, ConsoleError>;
 
+/// Signing in and the first run: the only port used before anyone is signed in.
 #[async_trait::async_trait]
-pub trait ConsoleBackend: Send + Sync + 'static {
+pub trait SessionPort: Send + Sync {
     /// Checks an email and password sent from `peer` (the connection's address, never a
     /// header); `BadCredentials` when they don't match a live user, `Throttled` after too
     /// many failures for this email from this source.
@@ -31,20 +35,21 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     /// The live user with this ID, if any.
     async fn user(&self, id: &str) -> R<Option<SessionUser>>;
 
-    // First run.
     /// True while no console user exists.
     async fn needs_setup(&self) -> R<bool>;
     /// Creates the first admin; refused once any user exists.
     async fn create_first_admin(&self, email: &str, password: &str) -> R<SessionUser>;
+}
 
-    // Reading (every role).
+/// What every role may read: the lists and detail pages.
+#[async_trait::async_trait]
+pub trait ReadPort: Send + Sync {
     async fn unread_count(&self, actor: &SessionUser) -> R<i64>;
     async fn spaces(&self, actor: &SessionUser) -> R<Vec<SpaceView>>;
-    /// Per space and overall; `window` is `hour` (per-minute bars) or `day` (per-hour bars).
-    async fn overview(&self, actor: &SessionUser, window: &str) -> R<Overview>;
     async fn deliveries(&self, actor: &SessionUser, query: &DeliveryQuery) -> R<DeliveryPage>;
     async fn delivery(&self, actor: &SessionUser, id: &str) -> R<DeliveryDetail>;
     async fn destinations(&self, actor: &SessionUser, space: &str) -> R<Vec<DestinationView>>;
+    /// The secret is shown to admins only.
     async fn destination(&self, actor: &SessionUser, id: &str) -> R<DestinationDetail>;
     async fn incoming_webhooks(&self, actor: &SessionUser, space: &str) -> R<IncomingPage>;
     async fn notifications(
@@ -53,8 +58,18 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         unread_only: bool,
         before: &str,
     ) -> R<NotificationPage>;
+}
 
-    // Send again and cancel (admin and support).
+/// The overview page's charts (every role).
+#[async_trait::async_trait]
+pub trait OverviewPort: Send + Sync {
+    /// Per space and overall; `window` is `hour` (per-minute bars) or `day` (per-hour bars).
+    async fn overview(&self, actor: &SessionUser, window: &str) -> R<Overview>;
+}
+
+/// Send again and cancel, one or many, and marking notifications read (admin and support).
+#[async_trait::async_trait]
+pub trait BulkPort: Send + Sync {
     async fn bulk_preview(&self, actor: &SessionUser, selection: &BulkSelection) -> R<BulkPreview>;
     /// Works through the selection in chunks for about a second; call again with the
     /// answer's cursor and totals until the cursor is `None`.
@@ -68,15 +83,18 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     ) -> R<BulkProgress>;
     async fn resend_failed(&self, actor: &SessionUser, destination: &str) -> R<Notice>;
     async fn mark_read(&self, actor: &SessionUser, id: Option<&str>) -> R<Notice>;
+}
 
-    // Changes (admin only).
+/// The admins' changes: spaces and what they hold (channels, bots, API keys, incoming
+/// webhooks), a destination's status and secret, new users (admin only).
+#[async_trait::async_trait]
+pub trait AdminPort: Send + Sync {
     async fn set_destination_active(
         &self,
         actor: &SessionUser,
         id: &str,
         active: bool,
     ) -> R<Notice>;
-    async fn create_destination(&self, actor: &SessionUser, form: &DestinationForm) -> R<Notice>;
     async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> R<Notice>;
     async fn set_incoming_active(&self, actor: &SessionUser, id: &str, active: bool) -> R<Notice>;
     /// The notice shows the webhook's URL, on the server's public URL (never the `Host`
@@ -94,7 +112,7 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     async fn revoke_bot(&self, actor: &SessionUser, space: &str, id: &str) -> R<Notice>;
     async fn create_api_key(&self, actor: &SessionUser, space: &str, name: &str) -> R<Notice>;
     async fn revoke_api_key(&self, actor: &SessionUser, space: &str, id: &str) -> R<Notice>;
-    async fn users(&self, actor: &SessionUser) -> R<Vec<UserView>>;
+    /// `role` is the form's value (`admin` or `support`), checked by the server.
     async fn create_user(
         &self,
         actor: &SessionUser,
@@ -102,8 +120,12 @@ pub trait ConsoleBackend: Send + Sync + 'static {
         password: &str,
         role: &str,
     ) -> R<Notice>;
+}
 
-    // Added with the destination editor, test events and user management (admin only).
+/// A destination's settings: the create and edit forms, and test events (admin only).
+#[async_trait::async_trait]
+pub trait SettingsPort: Send + Sync {
+    async fn create_destination(&self, actor: &SessionUser, form: &DestinationForm) -> R<Notice>;
     /// A destination's current settings, as the values of its edit form.
     async fn destination_edit(&self, actor: &SessionUser, id: &str) -> R<DestinationEdit>;
     /// Changes a destination's settings (`form.id`), checked by the same rules as the REST API.
@@ -111,11 +133,37 @@ pub trait ConsoleBackend: Send + Sync + 'static {
     /// Publishes a `partyflow.test` event delivered to this destination only, through the
     /// engine like any other; the notice links to the delivery.
     async fn send_test_event(&self, actor: &SessionUser, id: &str) -> R<Notice>;
+}
+
+/// The console's users: the list, disabling and deleting (admin only).
+#[async_trait::async_trait]
+pub trait UserPort: Send + Sync {
+    async fn users(&self, actor: &SessionUser) -> R<Vec<UserView>>;
     /// Disables (ending the user's sessions) or re-enables a user. Refused for oneself
     /// and for the last active admin.
     async fn set_user_disabled(&self, actor: &SessionUser, id: &str, disabled: bool) -> R<Notice>;
     /// Deletes a user and ends their sessions; refused for oneself and the last active admin.
     async fn delete_user(&self, actor: &SessionUser, id: &str) -> R<Notice>;
+}
+
+/// Every area of the console at once: what the server provides in the Leptos context.
+/// Implemented for anything that implements every port; server functions call each
+/// area's methods on it.
+pub trait ConsoleBackend:
+    SessionPort + ReadPort + OverviewPort + BulkPort + AdminPort + SettingsPort + UserPort + 'static
+{
+}
+
+impl<T> ConsoleBackend for T where
+    T: SessionPort
+        + ReadPort
+        + OverviewPort
+        + BulkPort
+        + AdminPort
+        + SettingsPort
+        + UserPort
+        + 'static
+{
 }
 
 pub type SharedBackend = Arc<dyn ConsoleBackend>;

@@ -4,19 +4,42 @@
 
 use serde::{Deserialize, Serialize};
 
+/// A console user's role, on the wire as `admin` or `support` (the names the server
+/// stores). Admins may do everything; support staff read, send again and cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Admin,
+    Support,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Support => "support",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The person signed in to the console.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionUser {
     pub id: String,
     pub email: String,
-    /// `admin` or `support`.
-    pub role: String,
+    pub role: Role,
 }
 
 impl SessionUser {
     /// Admins may do everything; support staff read, send again and cancel.
     pub fn is_admin(&self) -> bool {
-        self.role == "admin"
+        self.role == Role::Admin
     }
 }
 
@@ -468,7 +491,7 @@ pub struct SpaceDetail {
 pub struct UserView {
     pub id: String,
     pub email: String,
-    pub role: String,
+    pub role: Role,
     pub created_at: i64,
     pub disabled: bool,
 }
@@ -524,4 +547,22 @@ pub struct DestinationEdit {
     pub form: DestinationForm,
     pub space_name: String,
     pub status: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_crosses_the_wire_as_the_name_the_server_stores() {
+        for (role, name) in [(Role::Admin, "admin"), (Role::Support, "support")] {
+            assert_eq!(role.as_str(), name);
+            assert_eq!(serde_json::to_string(&role).unwrap(), format!("\"{name}\""));
+            assert_eq!(
+                serde_json::from_str::<Role>(&format!("\"{name}\"")).unwrap(),
+                role
+            );
+        }
+        assert!(serde_json::from_str::<Role>("\"root\"").is_err());
+    }
 }

@@ -104,7 +104,7 @@ fn user_row(
     view! {
         <tr data-user=u.id.clone() data-state=state>
             <td>{u.email}</td>
-            <td>{u.role}</td>
+            <td>{u.role.as_str()}</td>
             <td>{fmt_time(u.created_at)}</td>
             <td><span class=format!("badge status-{state}")>{state}</span></td>
             <td class="row-actions">{actions}</td>

@@ -6,11 +6,13 @@
 use std::time::{Duration, Instant};
 
 use app::error::ConsoleError;
+use app::port::BulkPort;
 use app::types::*;
 
 use super::read::filter_of;
-use super::{internal, parse_id, storage_error, Backend};
+use super::{internal, parse_id, require_role, storage_error, Backend};
 use crate::clock::now_ms;
+use crate::domain::Role;
 use crate::domain::*;
 use crate::storage::{BulkOutcome, Page};
 
@@ -86,32 +88,6 @@ fn tally(t: &mut BulkTotals, op: Op, outcome: BulkOutcome) {
 }
 
 impl Backend {
-    pub(super) async fn preview(&self, s: &BulkSelection) -> Result<BulkPreview, ConsoleError> {
-        op_of(s)?;
-        let now = now_ms();
-        let start = DeliveryId::lower_bound_at(now + 1);
-        if !s.all {
-            return Ok(BulkPreview {
-                count: chosen(s).len() as i64,
-                capped: false,
-                start: start.to_string(),
-                described: String::new(),
-            });
-        }
-        let filter = filter_of(&s.filter, now).map_err(ConsoleError::Invalid)?;
-        let count = self
-            .storage
-            .count_deliveries(&filter, Some(start), COUNT_CAP)
-            .await
-            .map_err(internal)?;
-        Ok(BulkPreview {
-            count,
-            capped: count >= COUNT_CAP,
-            start: start.to_string(),
-            described: describe(&s.filter),
-        })
-    }
-
     /// Applies `op` to deliveries (of any spaces), chunk by chunk, adding to `t`.
     async fn apply(
         &self,
@@ -143,14 +119,51 @@ impl Backend {
         }
         Ok(())
     }
+}
 
-    pub(super) async fn run_bulk(
+#[async_trait::async_trait]
+impl BulkPort for Backend {
+    async fn bulk_preview(
         &self,
+        actor: &SessionUser,
+        s: &BulkSelection,
+    ) -> Result<BulkPreview, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        op_of(s)?;
+        let now = now_ms();
+        let start = DeliveryId::lower_bound_at(now + 1);
+        if !s.all {
+            return Ok(BulkPreview {
+                count: chosen(s).len() as i64,
+                capped: false,
+                start: start.to_string(),
+                described: String::new(),
+            });
+        }
+        let filter = filter_of(&s.filter, now).map_err(ConsoleError::Invalid)?;
+        let count = self
+            .storage
+            .count_deliveries(&filter, Some(start), COUNT_CAP)
+            .await
+            .map_err(internal)?;
+        Ok(BulkPreview {
+            count,
+            capped: count >= COUNT_CAP,
+            start: start.to_string(),
+            described: describe(&s.filter),
+        })
+    }
+
+    async fn bulk_run(
+        &self,
+        actor: &SessionUser,
         s: &BulkSelection,
         cursor: Option<String>,
         mut totals: BulkTotals,
         expected: i64,
     ) -> Result<BulkProgress, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        tracing::info!(user.id = %actor.id, op = %s.op, all = s.all, "console bulk action");
         let op = op_of(s)?;
         let deadline = Instant::now() + ROUND;
         let next = if s.all {
@@ -222,10 +235,12 @@ impl Backend {
         })
     }
 
-    pub(super) async fn resend_all_failed(
+    async fn resend_failed(
         &self,
+        actor: &SessionUser,
         destination: &str,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let id: DestinationId = parse_id(destination, "destination")?;
         let d = self
             .storage
@@ -266,10 +281,12 @@ impl Backend {
         ))
     }
 
-    pub(super) async fn mark_notifications_read(
+    async fn mark_read(
         &self,
+        actor: &SessionUser,
         id: Option<&str>,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let now = now_ms();
         if let Some(id) = id {
             let id: NotificationId = parse_id(id, "notification")?;

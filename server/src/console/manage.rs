@@ -4,11 +4,13 @@
 //! secret is kept, as it signs every request).
 
 use app::error::ConsoleError;
+use app::port::AdminPort;
 use app::types::*;
 
-use super::{internal, parse_id, storage_error, views, Backend};
+use super::{internal, parse_id, require_role, storage_error, views, Backend};
 use crate::auth;
 use crate::clock::now_ms;
+use crate::domain::Role;
 use crate::domain::*;
 use crate::storage::StorageError;
 
@@ -42,13 +44,15 @@ fn capitalise(s: &str) -> String {
         .unwrap_or_default()
 }
 
-impl Backend {
-    pub(super) async fn destination_status(
+#[async_trait::async_trait]
+impl AdminPort for Backend {
+    async fn set_destination_active(
         &self,
         actor: &SessionUser,
         id: &str,
         active: bool,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let id: DestinationId = parse_id(id, "destination")?;
         let d = self
             .storage
@@ -83,7 +87,8 @@ impl Backend {
         }
     }
 
-    pub(super) async fn rotate(&self, id: &str) -> Result<Notice, ConsoleError> {
+    async fn rotate_secret(&self, actor: &SessionUser, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let id: DestinationId = parse_id(id, "destination")?;
         let mut d = self
             .storage
@@ -101,11 +106,13 @@ impl Backend {
         )
     }
 
-    pub(super) async fn incoming_status(
+    async fn set_incoming_active(
         &self,
+        actor: &SessionUser,
         id: &str,
         active: bool,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let id: IncomingWebhookId = parse_id(id, "incoming webhook")?;
         let w = self
             .storage
@@ -134,11 +141,13 @@ impl Backend {
         }))
     }
 
-    pub(super) async fn new_incoming_webhook(
+    async fn create_incoming_webhook(
         &self,
+        actor: &SessionUser,
         channel: &str,
         name_: &str,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let channel_id: ChannelId = parse_id(channel, "channel")?;
         let channel = self
             .storage
@@ -177,7 +186,8 @@ impl Backend {
         .with_secret("Token", token))
     }
 
-    pub(super) async fn space_detail(&self, id: &str) -> Result<SpaceDetail, ConsoleError> {
+    async fn space(&self, actor: &SessionUser, id: &str) -> Result<SpaceDetail, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let id: SpaceId = parse_id(id, "space")?;
         let space = self
             .storage
@@ -220,7 +230,13 @@ impl Backend {
         })
     }
 
-    pub(super) async fn new_space(&self, name_: &str, plan: &str) -> Result<Notice, ConsoleError> {
+    async fn create_space(
+        &self,
+        actor: &SessionUser,
+        name_: &str,
+        plan: &str,
+    ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let name = name(name_, "space name", 200)?;
         let plan: Plan = plan
             .trim()
@@ -238,11 +254,13 @@ impl Backend {
         .with_link("Open the space", format!("/spaces/{}", created.space.id)))
     }
 
-    pub(super) async fn new_channel(
+    async fn create_channel(
         &self,
+        actor: &SessionUser,
         space: &str,
         name_: &str,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let name = name(name_.trim_start_matches('#'), "channel name", 80)?;
         let channel = Channel {
@@ -264,7 +282,13 @@ impl Backend {
         }
     }
 
-    pub(super) async fn new_bot(&self, space: &str, name_: &str) -> Result<Notice, ConsoleError> {
+    async fn create_bot(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        name_: &str,
+    ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let name = name(name_, "bot name", 100)?;
         let token = auth::new_token("pfb");
@@ -283,7 +307,13 @@ impl Backend {
         Ok(Notice::new(format!("Created the bot {}.", bot.name)).with_secret("Bot token", token))
     }
 
-    pub(super) async fn bot_revoke(&self, space: &str, id: &str) -> Result<Notice, ConsoleError> {
+    async fn revoke_bot(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        id: &str,
+    ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let id: BotId = parse_id(id, "bot")?;
         self.storage
@@ -293,11 +323,13 @@ impl Backend {
         Ok(Notice::new("Revoked the bot's token."))
     }
 
-    pub(super) async fn new_api_key(
+    async fn create_api_key(
         &self,
+        actor: &SessionUser,
         space: &str,
         name_: &str,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let name = name(name_, "key name", 100)?;
         let key = auth::new_token("pfk");
@@ -320,11 +352,13 @@ impl Backend {
         )
     }
 
-    pub(super) async fn api_key_revoke(
+    async fn revoke_api_key(
         &self,
+        actor: &SessionUser,
         space: &str,
         id: &str,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let id: ApiKeyId = parse_id(id, "API key")?;
         self.storage
@@ -336,12 +370,14 @@ impl Backend {
         ))
     }
 
-    pub(super) async fn new_user(
+    async fn create_user(
         &self,
+        actor: &SessionUser,
         email: &str,
         password: &str,
         role: &str,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let role: Role = role
             .trim()
             .parse()

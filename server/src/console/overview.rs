@@ -6,10 +6,12 @@
 use std::collections::HashMap;
 
 use app::error::ConsoleError;
+use app::port::OverviewPort;
 use app::types::*;
 
-use super::{internal, Backend};
+use super::{internal, require_role, Backend};
 use crate::clock::now_ms;
+use crate::domain::Role;
 use crate::domain::*;
 
 /// Failing destinations listed on the overview (the count covers up to [`FAILING_COUNTED`]).
@@ -67,8 +69,14 @@ fn stats(
     (buckets, classes)
 }
 
-impl Backend {
-    pub(super) async fn overview_of(&self, window_name: &str) -> Result<Overview, ConsoleError> {
+#[async_trait::async_trait]
+impl OverviewPort for Backend {
+    async fn overview(
+        &self,
+        actor: &SessionUser,
+        window_name: &str,
+    ) -> Result<Overview, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let (name, bucket_ms, count) = window(window_name);
         let now = now_ms();
         let since = (now.div_euclid(bucket_ms) - (count - 1)) * bucket_ms;

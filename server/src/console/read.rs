@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 
 use app::error::ConsoleError;
+use app::port::ReadPort;
 use app::types::*;
 
-use super::{internal, parse_id, storage_error, views, Backend};
+use super::{internal, parse_id, require_role, storage_error, views, Backend};
 use crate::clock::now_ms;
+use crate::domain::Role;
 use crate::domain::*;
 use crate::storage::{DeliveryFilter, Page};
 
@@ -98,10 +100,49 @@ impl Backend {
         Ok(out)
     }
 
-    pub(super) async fn delivery_page(
+    pub(super) async fn destination_view(
         &self,
+        d: &Destination,
+        space_name: &str,
+    ) -> Result<DestinationView, ConsoleError> {
+        let paused = self.storage.count_paused(d.id).await.map_err(internal)?;
+        let failed = self
+            .storage
+            .count_failed_unresent(d.id)
+            .await
+            .map_err(internal)?;
+        Ok(views::destination(d, space_name, paused, failed))
+    }
+}
+
+#[async_trait::async_trait]
+impl ReadPort for Backend {
+    async fn unread_count(&self, actor: &SessionUser) -> Result<i64, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        self.storage
+            .count_unread_notifications()
+            .await
+            .map_err(internal)
+    }
+
+    async fn spaces(&self, actor: &SessionUser) -> Result<Vec<SpaceView>, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        Ok(self
+            .storage
+            .list_spaces()
+            .await
+            .map_err(internal)?
+            .iter()
+            .map(views::space)
+            .collect())
+    }
+
+    async fn deliveries(
+        &self,
+        actor: &SessionUser,
         q: &DeliveryQuery,
     ) -> Result<DeliveryPage, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let spaces = self.space_names().await?;
         let mut space_choices: Vec<Choice> = spaces
             .values()
@@ -194,7 +235,12 @@ impl Backend {
         Ok(page)
     }
 
-    pub(super) async fn delivery_detail(&self, id: &str) -> Result<DeliveryDetail, ConsoleError> {
+    async fn delivery(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+    ) -> Result<DeliveryDetail, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let id: DeliveryId = parse_id(id, "delivery")?;
         let d = self
             .storage
@@ -225,24 +271,12 @@ impl Backend {
         })
     }
 
-    pub(super) async fn destination_view(
+    async fn destinations(
         &self,
-        d: &Destination,
-        space_name: &str,
-    ) -> Result<DestinationView, ConsoleError> {
-        let paused = self.storage.count_paused(d.id).await.map_err(internal)?;
-        let failed = self
-            .storage
-            .count_failed_unresent(d.id)
-            .await
-            .map_err(internal)?;
-        Ok(views::destination(d, space_name, paused, failed))
-    }
-
-    pub(super) async fn destination_list(
-        &self,
+        actor: &SessionUser,
         space: &str,
     ) -> Result<Vec<DestinationView>, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let space = match space.trim() {
             "" => None,
             s => Some(parse_id::<SpaceId>(s, "space")?),
@@ -259,11 +293,13 @@ impl Backend {
         Ok(out)
     }
 
-    pub(super) async fn destination_detail(
+    async fn destination(
         &self,
+        actor: &SessionUser,
         id: &str,
-        admin: bool,
     ) -> Result<DestinationDetail, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        let admin = actor.is_admin();
         let id: DestinationId = parse_id(id, "destination")?;
         let d = self
             .storage
@@ -278,7 +314,12 @@ impl Backend {
         })
     }
 
-    pub(super) async fn incoming_list(&self, space: &str) -> Result<IncomingPage, ConsoleError> {
+    async fn incoming_webhooks(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+    ) -> Result<IncomingPage, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let only = match space.trim() {
             "" => None,
             s => Some(parse_id::<SpaceId>(s, "space")?),
@@ -313,11 +354,13 @@ impl Backend {
         Ok(page)
     }
 
-    pub(super) async fn notification_page(
+    async fn notifications(
         &self,
+        actor: &SessionUser,
         unread_only: bool,
         before: &str,
     ) -> Result<NotificationPage, ConsoleError> {
+        require_role(actor, Role::Support)?;
         let before = match before.trim() {
             "" => None,
             b => Some(parse_id::<NotificationId>(b, "page cursor")?),

@@ -7,14 +7,16 @@
 //! the setting.
 
 use app::error::ConsoleError;
+use app::port::SettingsPort;
 use app::types::*;
 use serde_json::{json, Map, Value};
 
 use super::manage::invalid;
-use super::{internal, parse_id, storage_error, Backend};
+use super::{internal, parse_id, require_role, storage_error, Backend};
 use crate::clock::now_ms;
 use crate::destinations::{self, Changes, NewSettings, SettingsError};
 use crate::dispatch::retry::RetryPolicy;
+use crate::domain::Role;
 use crate::domain::*;
 use crate::storage::StorageError;
 
@@ -206,11 +208,14 @@ pub fn form_of(d: &Destination) -> DestinationForm {
     f
 }
 
-impl Backend {
-    pub(super) async fn new_destination(
+#[async_trait::async_trait]
+impl SettingsPort for Backend {
+    async fn create_destination(
         &self,
+        actor: &SessionUser,
         f: &DestinationForm,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(&f.space, "space")?;
         let d = destinations::create(space_id, new_settings(f)?, now_ms(), &self.sandbox)
             .await
@@ -228,7 +233,12 @@ impl Backend {
             .with_link("Open it", format!("/destinations/{}", d.id)))
     }
 
-    pub(super) async fn edit_form(&self, id: &str) -> Result<DestinationEdit, ConsoleError> {
+    async fn destination_edit(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+    ) -> Result<DestinationEdit, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let id: DestinationId = parse_id(id, "destination")?;
         let d = self
             .storage
@@ -243,11 +253,12 @@ impl Backend {
         })
     }
 
-    pub(super) async fn change_destination(
+    async fn update_destination(
         &self,
         actor: &SessionUser,
         f: &DestinationForm,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let id: DestinationId = parse_id(&f.id, "destination")?;
         let mut d = self
             .storage
@@ -266,11 +277,8 @@ impl Backend {
             .with_link("Open the destination", format!("/destinations/{}", d.id)))
     }
 
-    pub(super) async fn test_event(
-        &self,
-        actor: &SessionUser,
-        id: &str,
-    ) -> Result<Notice, ConsoleError> {
+    async fn send_test_event(&self, actor: &SessionUser, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let id: DestinationId = parse_id(id, "destination")?;
         let d = self
             .storage

@@ -4,11 +4,13 @@
 //! once; a disabled user's sign-in fails like a wrong password.
 
 use app::error::ConsoleError;
+use app::port::UserPort;
 use app::types::*;
 
 use super::manage::invalid;
-use super::{internal, parse_id, storage_error, Backend};
+use super::{internal, parse_id, require_role, storage_error, views, Backend};
 use crate::clock::now_ms;
+use crate::domain::Role;
 use crate::domain::*;
 use crate::storage::UserChange;
 
@@ -31,13 +33,29 @@ impl Backend {
             .await
             .map_err(|e| storage_error(e, "user"))
     }
+}
 
-    pub(super) async fn user_disabled(
+#[async_trait::async_trait]
+impl UserPort for Backend {
+    async fn users(&self, actor: &SessionUser) -> Result<Vec<UserView>, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        Ok(self
+            .storage
+            .list_users()
+            .await
+            .map_err(internal)?
+            .iter()
+            .map(views::user)
+            .collect())
+    }
+
+    async fn set_user_disabled(
         &self,
         actor: &SessionUser,
         id: &str,
         disabled: bool,
     ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let user = self
             .other_user(actor, id, if disabled { "disable" } else { "enable" })
             .await?;
@@ -70,11 +88,8 @@ impl Backend {
         )))
     }
 
-    pub(super) async fn user_delete(
-        &self,
-        actor: &SessionUser,
-        id: &str,
-    ) -> Result<Notice, ConsoleError> {
+    async fn delete_user(&self, actor: &SessionUser, id: &str) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
         let user = self.other_user(actor, id, "delete").await?;
         // The index of their sessions goes with the user: read it first.
         let sessions = self

@@ -6,6 +6,25 @@ use serde_json::Value;
 use crate::dispatch::retry::RetryPolicy;
 use crate::domain::*;
 
+/// The role as the console's wire type; the one place the two meet (with its inverse).
+impl From<crate::domain::Role> for app::types::Role {
+    fn from(role: crate::domain::Role) -> Self {
+        match role {
+            crate::domain::Role::Admin => app::types::Role::Admin,
+            crate::domain::Role::Support => app::types::Role::Support,
+        }
+    }
+}
+
+impl From<app::types::Role> for crate::domain::Role {
+    fn from(role: app::types::Role) -> Self {
+        match role {
+            app::types::Role::Admin => crate::domain::Role::Admin,
+            app::types::Role::Support => crate::domain::Role::Support,
+        }
+    }
+}
+
 pub fn space(s: &Space) -> SpaceView {
     SpaceView {
         id: s.id.to_string(),
@@ -19,7 +38,7 @@ pub fn user(u: &User) -> UserView {
     UserView {
         id: u.id.to_string(),
         email: u.email.clone(),
-        role: u.role.as_str().to_owned(),
+        role: u.role.into(),
         created_at: u.created_at,
         disabled: u.disabled_at.is_some(),
     }
