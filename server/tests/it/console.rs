@@ -44,7 +44,7 @@ on_both_backends! {
 
 on_both_backends! {
     async fn a_user_signs_in_sees_the_home_page_and_signs_out(db) {
-        server::admin::create_user(db.storage.as_ref(), "Ops@Example.com", PASSWORD, Role::Admin).await.unwrap();
+        server::ops::tenants::create_user(db.storage.as_ref(), "Ops@Example.com", PASSWORD, Role::Admin).await.unwrap();
         let app = spawn_app(&db).await;
         let base = app.url("");
         let client = browser_like_client();
@@ -82,7 +82,7 @@ on_both_backends! {
 
 on_both_backends! {
     async fn a_session_survives_a_server_restart(db) {
-        server::admin::create_user(db.storage.as_ref(), "ops@example.com", PASSWORD, Role::Support).await.unwrap();
+        server::ops::tenants::create_user(db.storage.as_ref(), "ops@example.com", PASSWORD, Role::Support).await.unwrap();
         let client = browser_like_client();
         let first = spawn_app(&db).await;
         let ok = sign_in(&client, &first.url(""), "ops@example.com", PASSWORD).await;
@@ -164,7 +164,7 @@ async fn session(base: &str, email: &str) -> reqwest::Client {
 }
 
 async fn user(db: &crate::helpers::TestDb, email: &str, role: Role) -> server::domain::User {
-    server::admin::create_user(db.storage.as_ref(), email, PASSWORD, role)
+    server::ops::tenants::create_user(db.storage.as_ref(), email, PASSWORD, role)
         .await
         .unwrap()
 }
@@ -427,7 +427,7 @@ on_both_backends! {
 
         // Straight at storage, eight at once with nothing between them, twenty times: one wins.
         let users: Vec<_> = (0..8)
-            .map(|i| server::admin::new_user(&format!("admin{i}@example.com"), PASSWORD, Role::Admin).unwrap())
+            .map(|i| server::ops::tenants::new_user(&format!("admin{i}@example.com"), PASSWORD, Role::Admin).unwrap())
             .collect();
         for round in 0..20 {
             wipe_users(&db.url).await;
