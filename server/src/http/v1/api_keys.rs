@@ -33,7 +33,7 @@ pub fn router() -> Router<AppState> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = CreateApiKey)]
 struct CreateBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,

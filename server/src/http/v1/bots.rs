@@ -63,7 +63,7 @@ impl From<&Bot> for BotView {
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateBot)]
 struct CreateBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,

@@ -91,7 +91,7 @@ impl MessageBody {
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateChannel)]
 struct CreateBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters;
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters;
     /// unique in the project.
     #[schema(
         examples("deploys"),
@@ -147,7 +147,7 @@ async fn create(
 #[serde(deny_unknown_fields)]
 #[schema(as = RenameChannel)]
 struct RenameBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters;
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters;
     /// unique in the project.
     #[schema(
         examples("releases"),

@@ -119,7 +119,7 @@ struct CreateBody {
     /// A channel of this project (`unknown_channel`, 422, otherwise).
     #[schema(value_type = ChannelId)]
     channel_id: String,
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,
