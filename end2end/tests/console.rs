@@ -110,7 +110,7 @@ async fn start_server() -> Server {
     let url = format!("sqlite://{}/e2e.db", dir.path().display());
     let storage = server::storage::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
-    server::admin::create_user(storage.as_ref(), "admin@example.com", PASSWORD, Role::Admin)
+    server::ops::tenants::create_user(storage.as_ref(), "admin@example.com", PASSWORD, Role::Admin)
         .await
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -118,7 +118,7 @@ async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
         r.headers()
     );
     // Another email is not affected.
-    server::admin::create_user(
+    server::ops::tenants::create_user(
         server.storage.as_ref(),
         "other@example.com",
         PASSWORD,

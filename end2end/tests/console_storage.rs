@@ -50,7 +50,7 @@ async fn postgres() -> Option<Arc<dyn Storage>> {
 
 async fn exercise(s: Arc<dyn Storage>) {
     let now = server::clock::now_ms();
-    let space = server::admin::create_space(s.as_ref(), "Stats", Plan::Free)
+    let space = server::ops::tenants::create_space(s.as_ref(), "Stats", Plan::Free)
         .await
         .unwrap()
         .space;

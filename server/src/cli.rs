@@ -8,7 +8,8 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Config;
 use crate::domain::{Plan, Role};
-use crate::{admin, startup, storage, telemetry};
+use crate::ops::tenants;
+use crate::{startup, storage, telemetry};
 
 #[derive(Parser)]
 #[command(
@@ -127,7 +128,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             command: SpaceCommand::Create { name, plan },
         } => {
             let store = open(&config).await?;
-            let created = admin::create_space(store.as_ref(), &name, plan).await?;
+            let created = tenants::create_space(store.as_ref(), &name, plan).await?;
             println!(
                 "{}",
                 serde_json::json!({ "id": created.space.id, "apiKey": created.api_key })
@@ -143,7 +144,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 .context("reading the password from standard input")?;
             let password = password.trim_end_matches(['\r', '\n']);
             let store = open(&config).await?;
-            let user = admin::create_user(store.as_ref(), &email, password, role).await?;
+            let user = tenants::create_user(store.as_ref(), &email, password, role).await?;
             println!(
                 "{}",
                 serde_json::json!({ "id": user.id, "email": user.email, "role": user.role })
@@ -164,7 +165,7 @@ async fn bootstrap(store: &dyn storage::Storage, email: &str) -> anyhow::Result<
         return Ok(());
     }
     let password = crate::auth::new_token("pf")[3..23].to_owned();
-    let user = admin::create_user(store, email, &password, Role::Admin).await?;
+    let user = tenants::create_user(store, email, &password, Role::Admin).await?;
     println!(
         "{}",
         serde_json::json!({ "email": user.email, "password": password })

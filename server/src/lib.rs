@@ -3,7 +3,8 @@
 //! # Layout
 //! - [`domain`]: IDs, records and the closed sets of values (statuses, error classes, plans).
 //! - [`storage`]: the [`storage::Storage`] trait and its SQLite and PostgreSQL implementations.
-//! - [`destinations`]: a destination's settings and their rules (REST API and console alike).
+//! - [`ops`]: the rules more than one adapter uses, once: posting messages, credentials,
+//!   names, spaces and users, rate windows, destinations' settings.
 //! - [`auth`]: password hashing and the secrets we hand out (API keys, tokens).
 //! - [`config`]: settings from the defaults, a TOML file and `PARTYFLOW_*` variables.
 //! - [`http`]: the axum routers: health, the REST API (`http::v1`), and the JSON error type.
@@ -12,16 +13,15 @@
 //! - [`startup`]: wires it all together and serves until a shutdown signal.
 //! - [`cli`]: the `partyflow` command line.
 
-pub mod admin;
 pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod console;
-pub mod destinations;
 pub mod dispatch;
 pub mod domain;
 pub mod http;
+pub mod ops;
 pub mod sandbox;
 pub mod startup;
 pub mod storage;

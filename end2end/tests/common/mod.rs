@@ -267,14 +267,14 @@ async fn start(with_users: bool, tweak: impl FnOnce(&mut Config)) -> Server {
     let storage = server::storage::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
     if with_users {
-        server::admin::create_user(storage.as_ref(), ADMIN, PASSWORD, Role::Admin)
+        server::ops::tenants::create_user(storage.as_ref(), ADMIN, PASSWORD, Role::Admin)
             .await
             .unwrap();
-        server::admin::create_user(storage.as_ref(), SUPPORT, PASSWORD, Role::Support)
+        server::ops::tenants::create_user(storage.as_ref(), SUPPORT, PASSWORD, Role::Support)
             .await
             .unwrap();
     }
-    let created = server::admin::create_space(storage.as_ref(), "Acme", Plan::Pro)
+    let created = server::ops::tenants::create_space(storage.as_ref(), "Acme", Plan::Pro)
         .await
         .unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

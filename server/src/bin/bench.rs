@@ -424,7 +424,8 @@ async fn bench() -> anyhow::Result<()> {
         listener,
         shutdown.clone(),
     ));
-    let space = server::admin::create_space(storage.as_ref(), "bench", Plan::Enterprise).await?;
+    let space =
+        server::ops::tenants::create_space(storage.as_ref(), "bench", Plan::Enterprise).await?;
     let (receiver, arrivals) = start_receiver().await;
     let bench = Bench {
         base: format!("http://{addr}"),

@@ -7,41 +7,17 @@ use app::error::ConsoleError;
 use app::port::AdminPort;
 use app::types::*;
 
-use super::{internal, parse_id, require_role, storage_error, views, Backend};
-use crate::auth;
+use super::{internal, parse_id, refused, require_role, storage_error, views, Backend};
 use crate::clock::now_ms;
 use crate::domain::Role;
 use crate::domain::*;
+use crate::ops::credentials::{self, Credential};
+use crate::ops::names::{self, NameKind};
+use crate::ops::tenants;
 use crate::storage::StorageError;
 
 pub(super) fn invalid(msg: impl Into<String>) -> ConsoleError {
     ConsoleError::Invalid(msg.into())
-}
-
-/// A name: trimmed, 1 to `max` characters, no control characters.
-fn name(value: &str, what: &str, max: usize) -> Result<String, ConsoleError> {
-    let v = value.trim();
-    let n = v.chars().count();
-    if n == 0 || n > max || v.chars().any(char::is_control) {
-        return Err(invalid(format!("A {what} needs 1 to {max} characters.")));
-    }
-    Ok(v.to_owned())
-}
-
-/// The error of [`crate::admin::create_user`] in words; its own messages are meant for people.
-pub(super) fn user_error(e: anyhow::Error) -> ConsoleError {
-    if e.downcast_ref::<StorageError>().is_some() {
-        internal(e)
-    } else {
-        invalid(format!("{}.", capitalise(&e.to_string())))
-    }
-}
-
-fn capitalise(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().chain(c).collect())
-        .unwrap_or_default()
 }
 
 #[async_trait::async_trait]
@@ -95,7 +71,7 @@ impl AdminPort for Backend {
             .get_destination_by_id(id)
             .await
             .map_err(|e| storage_error(e, "destination"))?;
-        crate::destinations::rotate_secret(&mut d, now_ms());
+        crate::ops::destinations::rotate_secret(&mut d, now_ms());
         self.storage
             .update_destination(&d)
             .await
@@ -154,15 +130,15 @@ impl AdminPort for Backend {
             .get_channel_any_space(channel_id)
             .await
             .map_err(|e| storage_error(e, "channel"))?;
-        let name = name(name_, "webhook name", 100)?;
-        let token = auth::new_token("pfh");
+        let name = names::parse(NameKind::IncomingWebhook, name_).map_err(refused)?;
+        let minted = Credential::IncomingWebhookToken.mint();
         let now = now_ms();
         let w = IncomingWebhook {
             id: IncomingWebhookId::new(),
             space_id: channel.space_id,
             channel_id: channel.id,
             name,
-            token_hash: auth::hash_token(&token),
+            token_hash: minted.hash,
             signing_secret: None,
             status: IncomingWebhookStatus::Active,
             consecutive_failures: 0,
@@ -181,9 +157,9 @@ impl AdminPort for Backend {
         .with_secret(
             "URL",
             self.public_url
-                .join(&crate::http::hooks::path(w.id, &token)),
+                .join(&crate::http::hooks::path(w.id, &minted.secret)),
         )
-        .with_secret("Token", token))
+        .with_secret("Token", minted.secret))
     }
 
     async fn space(&self, actor: &SessionUser, id: &str) -> Result<SpaceDetail, ConsoleError> {
@@ -237,14 +213,13 @@ impl AdminPort for Backend {
         plan: &str,
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
-        let name = name(name_, "space name", 200)?;
         let plan: Plan = plan
             .trim()
             .parse()
             .map_err(|e: InvalidValue| invalid(e.to_string()))?;
-        let created = crate::admin::create_space(self.storage.as_ref(), &name, plan)
+        let created = tenants::create_space(self.storage.as_ref(), name_, plan)
             .await
-            .map_err(internal)?;
+            .map_err(refused)?;
         Ok(Notice::new(format!(
             "Created the space {} ({} plan) with a first API key.",
             created.space.name,
@@ -262,7 +237,8 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        let name = name(name_.trim_start_matches('#'), "channel name", 80)?;
+        let name =
+            names::parse(NameKind::Channel, name_.trim_start_matches('#')).map_err(refused)?;
         let channel = Channel {
             id: ChannelId::new(),
             space_id,
@@ -290,21 +266,13 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        let name = name(name_, "bot name", 100)?;
-        let token = auth::new_token("pfb");
-        let bot = Bot {
-            id: BotId::new(),
-            space_id,
-            name,
-            token_hash: auth::hash_token(&token),
-            created_at: now_ms(),
-            revoked_at: None,
-        };
+        let (bot, minted) = credentials::new_bot(space_id, name_, now_ms()).map_err(refused)?;
         self.storage
             .create_bot(&bot)
             .await
             .map_err(|e| storage_error(e, "bot"))?;
-        Ok(Notice::new(format!("Created the bot {}.", bot.name)).with_secret("Bot token", token))
+        Ok(Notice::new(format!("Created the bot {}.", bot.name))
+            .with_secret("Bot token", minted.secret))
     }
 
     async fn revoke_bot(
@@ -315,11 +283,9 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        let id: BotId = parse_id(id, "bot")?;
-        self.storage
-            .revoke_bot(space_id, id, now_ms())
+        credentials::revoke_bot(self.storage.as_ref(), space_id, id.trim(), now_ms())
             .await
-            .map_err(|e| storage_error(e, "bot"))?;
+            .map_err(refused)?;
         Ok(Notice::new("Revoked the bot's token."))
     }
 
@@ -331,25 +297,14 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        let name = name(name_, "key name", 100)?;
-        let key = auth::new_token("pfk");
-        let record = ApiKey {
-            id: ApiKeyId::new(),
-            space_id,
-            name,
-            prefix: key[..12].to_owned(),
-            created_at: now_ms(),
-            last_used_at: None,
-            revoked_at: None,
-        };
+        let (record, minted) =
+            credentials::new_api_key(space_id, name_, now_ms()).map_err(refused)?;
         self.storage
-            .create_api_key(&record, &auth::hash_token(&key))
+            .create_api_key(&record, &minted.hash)
             .await
             .map_err(|e| storage_error(e, "space"))?;
-        Ok(
-            Notice::new(format!("Created the API key {}.", record.name))
-                .with_secret("API key", key),
-        )
+        Ok(Notice::new(format!("Created the API key {}.", record.name))
+            .with_secret("API key", minted.secret))
     }
 
     async fn revoke_api_key(
@@ -360,11 +315,9 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        let id: ApiKeyId = parse_id(id, "API key")?;
-        self.storage
-            .revoke_api_key(space_id, id, now_ms())
+        credentials::revoke_api_key(self.storage.as_ref(), space_id, id.trim(), now_ms())
             .await
-            .map_err(|e| storage_error(e, "API key"))?;
+            .map_err(refused)?;
         Ok(Notice::new(
             "Revoked the API key; calls with it are refused from now on.",
         ))
@@ -382,9 +335,9 @@ impl AdminPort for Backend {
             .trim()
             .parse()
             .map_err(|e: InvalidValue| invalid(e.to_string()))?;
-        let user = crate::admin::create_user(self.storage.as_ref(), email, password, role)
+        let user = tenants::create_user(self.storage.as_ref(), email, password, role)
             .await
-            .map_err(user_error)?;
+            .map_err(refused)?;
         Ok(Notice::new(format!(
             "Created {} ({}).",
             user.email,

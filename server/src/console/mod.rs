@@ -32,6 +32,7 @@ use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::{Role, User, UserId};
 use crate::http::AppState;
+use crate::ops::OpsError;
 use crate::storage::{Slot, Storage, StorageError};
 
 mod bulk;
@@ -112,6 +113,27 @@ fn storage_error(err: StorageError, what: &str) -> ConsoleError {
         }
         other => internal(other),
     }
+}
+
+/// The operations layer's refusals in the console's words: its messages are written
+/// for people (shown as a sentence); failures of ours are logged and answered generically.
+fn refused(err: OpsError) -> ConsoleError {
+    match err {
+        OpsError::Invalid { message, .. } | OpsError::Conflict { message, .. } => {
+            ConsoleError::Invalid(sentence(&message))
+        }
+        OpsError::NotFound { what, id } => ConsoleError::NotFound(format!("{what} {id:?}")),
+        OpsError::Storage(e) => internal(e),
+        OpsError::Internal(e) => internal(format!("{e:#}")),
+    }
+}
+
+/// "a name needs …" → "A name needs ….".
+fn sentence(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).chain(['.']).collect())
+        .unwrap_or_default()
 }
 
 /// Parses an ID from a form or URL; a malformed one is simply not found.
@@ -241,8 +263,7 @@ impl SessionPort for Backend {
         if !self.needs_setup().await? {
             return Err(set_up_already());
         }
-        let user =
-            crate::admin::new_user(email, password, Role::Admin).map_err(manage::user_error)?;
+        let user = crate::ops::tenants::new_user(email, password, Role::Admin).map_err(refused)?;
         if !self
             .storage
             .create_first_user(&user)

@@ -1,5 +1,5 @@
 //! The console's destination form, for a new destination and for changes to one,
-//! read into the settings of [`crate::destinations`], whose rules (the REST API's)
+//! read into the settings of [`crate::ops::destinations`], whose rules (the REST API's)
 //! decide; and test events sent to one destination.
 //!
 //! Reading a form only turns text into values (numbers, lists, the retry policy's
@@ -14,10 +14,10 @@ use serde_json::{json, Map, Value};
 use super::manage::invalid;
 use super::{internal, parse_id, require_role, storage_error, Backend};
 use crate::clock::now_ms;
-use crate::destinations::{self, Changes, NewSettings, SettingsError};
 use crate::dispatch::retry::RetryPolicy;
 use crate::domain::Role;
 use crate::domain::*;
+use crate::ops::destinations::{self, Changes, NewSettings, SettingsError};
 use crate::storage::StorageError;
 
 /// The event type of a test event (docs §6).

@@ -12,6 +12,8 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::http::request_id::Failure;
+use crate::ops::rate::Limited;
+use crate::ops::OpsError;
 use crate::storage::StorageError;
 
 /// What a client is told about a failure of ours; the cause is in the log.
@@ -84,9 +86,23 @@ impl ApiError {
     }
 }
 
-impl From<crate::destinations::SettingsError> for ApiError {
-    fn from(err: crate::destinations::SettingsError) -> Self {
+impl From<crate::ops::destinations::SettingsError> for ApiError {
+    fn from(err: crate::ops::destinations::SettingsError) -> Self {
         ApiError::invalid(err.code, err.message)
+    }
+}
+
+/// The operations layer's refusals in the API's terms: 422 and 409 with the rule's own
+/// code, 404 `not_found`, storage's failures as for [`StorageError`].
+impl From<OpsError> for ApiError {
+    fn from(err: OpsError) -> Self {
+        match err {
+            OpsError::Invalid { code, message } => ApiError::Invalid { code, message },
+            not_found @ OpsError::NotFound { .. } => ApiError::NotFound(not_found.to_string()),
+            OpsError::Conflict { code, message } => ApiError::Conflict { code, message },
+            OpsError::Storage(e) => e.into(),
+            OpsError::Internal(e) => ApiError::Internal(e),
+        }
     }
 }
 
@@ -140,6 +156,23 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// `429 rate_limited` with `Retry-After` in whole seconds, for a request over a rate
+/// window; `what` says which limit, e.g. "this webhook accepts at most 5 messages per second".
+pub fn too_many_requests(limited: Limited, what: &str) -> Response {
+    let secs = limited.retry_after_secs();
+    let mut resp = ApiError::Status {
+        status: StatusCode::TOO_MANY_REQUESTS,
+        code: "rate_limited",
+        message: format!("{what}; retry after {secs} s (Retry-After)"),
+    }
+    .into_response();
+    resp.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(secs),
+    );
+    resp
 }
 
 /// An answer for paths no route knows.

@@ -43,16 +43,17 @@ use crate::auth;
 use crate::clock::now_ms;
 use crate::dispatch::signing::{self, VerifyError};
 use crate::domain::*;
-use crate::http::error::{ApiError, ErrorBody};
-use crate::http::v1::channels::{post_message_once, MessageBody, MessageView};
+use crate::http::error::{too_many_requests, ApiError, ErrorBody};
+use crate::http::v1::channels::MessageBody;
 use crate::http::AppState;
-use crate::storage::{IncomingReplay, Slot, StorageError};
+use crate::ops::messages::{self, MessageView, Source};
+use crate::ops::rate::{self, Limited, Window};
+use crate::ops::OpsError;
+use crate::storage::{IncomingReplay, StorageError};
 
 /// How far a `webhook-timestamp` may be from our clock, either way (the Standard
 /// Webhooks default); older signed requests are refused as possible replays.
 pub const SIGNATURE_TOLERANCE_SECS: i64 = 5 * 60;
-/// The rate limits of docs §3 and §4 count messages per second.
-pub const RATE_WINDOW_MS: i64 = 1_000;
 
 /// `/hooks/{id}/{token}`: where a sender posts; [`crate::config::PublicUrl::join`] makes
 /// the URL shown to admins from it.
@@ -80,39 +81,10 @@ pub async fn only_post() -> Response {
     resp
 }
 
-/// Whole seconds for `Retry-After`: the wait rounded up, and at least 1.
-pub fn retry_after_secs(wait_ms: i64) -> i64 {
-    let wait_ms = wait_ms.max(1);
-    ((wait_ms + 999) / 1000).max(1)
-}
-
-/// A limiter's wait, kept within one window. Concurrent requests read the clock before
-/// their transactions run, so the oldest slot in the window can carry a time a few
-/// milliseconds after this request's own: the raw wait then exceeds the window (and
-/// would round up to `Retry-After: 2`) although a slot frees within one window.
-pub fn within_window(wait_ms: i64) -> i64 {
-    wait_ms.clamp(1, RATE_WINDOW_MS)
-}
-
-/// `429 rate_limited` with `Retry-After` in whole seconds, for a limiter that said
-/// "the next slot frees in `wait_ms`".
-pub fn too_many_requests(wait_ms: i64, what: &str) -> Response {
-    let secs = retry_after_secs(wait_ms);
-    let mut resp = ApiError::Status {
-        status: StatusCode::TOO_MANY_REQUESTS,
-        code: "rate_limited",
-        message: format!("{what}; retry after {secs} s (Retry-After)"),
-    }
-    .into_response();
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-    resp
-}
-
 /// Why a request with the right token did not become a message.
 enum Refusal {
     /// Over the webhook's rate: not counted (D7).
-    RateLimited { wait_ms: i64, limit: i64 },
+    RateLimited(Limited),
     /// Counted towards auto-disable.
     Failed(ApiError),
 }
@@ -120,6 +92,12 @@ enum Refusal {
 impl From<ApiError> for Refusal {
     fn from(e: ApiError) -> Self {
         Refusal::Failed(e)
+    }
+}
+
+impl From<OpsError> for Refusal {
+    fn from(e: OpsError) -> Self {
+        Refusal::Failed(e.into())
     }
 }
 
@@ -240,7 +218,7 @@ async fn receive(
     let outcome = accept(&state, &webhook, request).await;
     let success = match &outcome {
         Ok(_) => true,
-        Err(Refusal::RateLimited { .. }) => return into_response(outcome),
+        Err(Refusal::RateLimited(_)) => return into_response(outcome),
         Err(Refusal::Failed(_)) => false,
     };
     let limits = &state.config.limits;
@@ -277,9 +255,12 @@ async fn receive(
 fn into_response(outcome: Result<MessageView, Refusal>) -> Response {
     match outcome {
         Ok(view) => (StatusCode::CREATED, Json(view)).into_response(),
-        Err(Refusal::RateLimited { wait_ms, limit }) => too_many_requests(
-            wait_ms,
-            &format!("this webhook accepts at most {limit} messages per second"),
+        Err(Refusal::RateLimited(limited)) => too_many_requests(
+            limited,
+            &format!(
+                "this webhook accepts at most {} messages per second",
+                limited.limit
+            ),
         ),
         Err(Refusal::Failed(e)) => e.into_response(),
     }
@@ -354,16 +335,9 @@ async fn accept(
 
     let space = state.storage.get_space(webhook.space_id).await?;
     let limit = state.config.limits.incoming_per_second.for_plan(space.plan);
-    let key = format!("iwh:{}", webhook.id);
-    if let Slot::Wait(wait_ms) = state
-        .storage
-        .take_rate_slot(&key, limit, RATE_WINDOW_MS, now_ms())
-        .await?
-    {
-        return Err(Refusal::RateLimited {
-            wait_ms: within_window(wait_ms),
-            limit,
-        });
+    let window = Window::IncomingWebhook(webhook.id);
+    if let Some(limited) = rate::take_slot(state.storage.as_ref(), window, limit, now_ms()).await? {
+        return Err(Refusal::RateLimited(limited));
     }
 
     let channel = state
@@ -375,15 +349,16 @@ async fn accept(
         webhook_id: webhook.id,
         message_id,
     });
-    post_message_once(
-        state,
+    messages::post_once(
+        state.storage.as_ref(),
+        &state.engine,
         &channel,
         new,
-        MessageSourceKind::IncomingWebhook,
-        Some(webhook.id.to_string()),
+        Source::IncomingWebhook(webhook.id),
         replay,
     )
     .await?
+    .map(|message| MessageView::from(&message))
     .ok_or_else(|| {
         invalid_signature("this webhook-id was received before; a replayed request is refused")
             .into()
@@ -424,17 +399,6 @@ fn check_signature(secret: &str, headers: &HeaderMap, body: &[u8]) -> Result<Str
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn retry_after_is_the_wait_rounded_up_to_whole_seconds_and_at_least_one() {
-        assert_eq!(retry_after_secs(-5), 1);
-        assert_eq!(retry_after_secs(0), 1);
-        assert_eq!(retry_after_secs(1), 1);
-        assert_eq!(retry_after_secs(999), 1);
-        assert_eq!(retry_after_secs(1_000), 1);
-        assert_eq!(retry_after_secs(1_001), 2);
-        assert_eq!(retry_after_secs(59_500), 60);
-    }
 
     #[test]
     fn digests_match_only_when_equal() {

@@ -66,7 +66,7 @@ on_both_backends! {
         let a = spawn_app(&db).await.with_space().await;
         let dst = a.destination(json!({"url": "https://a.example/hook"})).await;
         let event = a.publish("x", json!({})).await;
-        let b = server::admin::create_space(db.storage.as_ref(), "B", server::domain::Plan::Free).await.unwrap();
+        let b = server::ops::tenants::create_space(db.storage.as_ref(), "B", server::domain::Plan::Free).await.unwrap();
         let client = reqwest::Client::new();
         let dst_id = dst["id"].as_str().unwrap();
         let paths = [

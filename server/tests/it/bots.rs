@@ -290,6 +290,9 @@ on_both_backends! {
             let (status, err) = patch(bad.clone()).await;
             assert_eq!((status, err["code"].as_str()), (422, Some("invalid_name")), "{bad}");
         }
+        let hundred = "r".repeat(100);
+        let (status, long) = patch(json!({"name": format!("  {hundred}  ")})).await;
+        assert_eq!((status, long["name"].as_str()), (200, Some(hundred.as_str())), "100 characters after trimming");
         let (status, err) = patch(json!({"name": "x", "topic": "y"})).await;
         assert_eq!((status, err["code"].as_str()), (422, Some("invalid_body")));
 

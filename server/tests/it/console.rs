@@ -44,7 +44,7 @@ on_both_backends! {
 
 on_both_backends! {
     async fn a_user_signs_in_sees_the_home_page_and_signs_out(db) {
-        server::admin::create_user(db.storage.as_ref(), "Ops@Example.com", PASSWORD, Role::Admin).await.unwrap();
+        server::ops::tenants::create_user(db.storage.as_ref(), "Ops@Example.com", PASSWORD, Role::Admin).await.unwrap();
         let app = spawn_app(&db).await;
         let base = app.url("");
         let client = browser_like_client();
@@ -82,7 +82,7 @@ on_both_backends! {
 
 on_both_backends! {
     async fn a_session_survives_a_server_restart(db) {
-        server::admin::create_user(db.storage.as_ref(), "ops@example.com", PASSWORD, Role::Support).await.unwrap();
+        server::ops::tenants::create_user(db.storage.as_ref(), "ops@example.com", PASSWORD, Role::Support).await.unwrap();
         let client = browser_like_client();
         let first = spawn_app(&db).await;
         let ok = sign_in(&client, &first.url(""), "ops@example.com", PASSWORD).await;
@@ -164,7 +164,7 @@ async fn session(base: &str, email: &str) -> reqwest::Client {
 }
 
 async fn user(db: &crate::helpers::TestDb, email: &str, role: Role) -> server::domain::User {
-    server::admin::create_user(db.storage.as_ref(), email, PASSWORD, role)
+    server::ops::tenants::create_user(db.storage.as_ref(), email, PASSWORD, role)
         .await
         .unwrap()
 }
@@ -203,6 +203,42 @@ on_both_backends! {
         // Signed out: refused too.
         let (_, body) = call(&reqwest::Client::new(), &base, "send_test_event", &[("id", &dst)]).await;
         assert!(body.contains("SignedOut"), "{body}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn the_console_takes_the_rest_apis_name_limits_and_revoking_twice_answers_the_same(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let app = spawn_app(&db).await.with_space().await;
+        let space = app.space.clone().unwrap();
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+
+        // A channel name: 1 to 100 characters after trimming, as in the REST API.
+        let hundred = "c".repeat(100);
+        let padded = format!("  {hundred}  ");
+        let (status, body) = call(&admin, &base, "create_channel", &[("space", &space), ("name", &padded)]).await;
+        assert_eq!(status, 200, "{body}");
+        let (_, channels) = app.get("/channels").await;
+        assert_eq!(channels["data"][0]["name"], hundred.as_str());
+        let too_long = "c".repeat(101);
+        let (status, body) = call(&admin, &base, "create_channel", &[("space", &space), ("name", &too_long)]).await;
+        assert!(status >= 400 && body.contains("1 to 100 characters"), "{status} {body}");
+
+        // Revoking twice answers the same, for API keys and bots, in the console and the API.
+        let (_, key) = app.post("/api-keys", json!({"name": "ci"})).await;
+        let (_, bot) = app.post("/bots", json!({"name": "deploy"})).await;
+        for (endpoint, id) in [("revoke_api_key", &key["id"]), ("revoke_bot", &bot["id"])] {
+            let form = [("space", space.as_str()), ("id", id.as_str().unwrap())];
+            let first = call(&admin, &base, endpoint, &form).await;
+            assert_eq!(first.0, 200, "{endpoint}: {first:?}");
+            assert_eq!(call(&admin, &base, endpoint, &form).await, first, "{endpoint} again");
+        }
+        let key_id = key["id"].as_str().unwrap();
+        assert_eq!(app.post(&format!("/api-keys/{key_id}/revoke"), json!({})).await.0, 204);
+        let bot_id = bot["id"].as_str().unwrap();
+        assert_eq!(app.post(&format!("/bots/{bot_id}/revoke"), json!({})).await.0, 200);
         app.stop().await;
     }
 }
@@ -427,7 +463,7 @@ on_both_backends! {
 
         // Straight at storage, eight at once with nothing between them, twenty times: one wins.
         let users: Vec<_> = (0..8)
-            .map(|i| server::admin::new_user(&format!("admin{i}@example.com"), PASSWORD, Role::Admin).unwrap())
+            .map(|i| server::ops::tenants::new_user(&format!("admin{i}@example.com"), PASSWORD, Role::Admin).unwrap())
             .collect();
         for round in 0..20 {
             wipe_users(&db.url).await;

@@ -174,7 +174,7 @@ on_both_backends! {
     async fn a_server_killed_with_sigkill_five_times_during_10000_deliveries_loses_none_and_repeats_only_what_was_in_flight(db) {
         let started = Instant::now();
         let logs = tempfile::tempdir().unwrap();
-        let created = server::admin::create_space(db.storage.as_ref(), "Crash", Plan::Enterprise).await.unwrap();
+        let created = server::ops::tenants::create_space(db.storage.as_ref(), "Crash", Plan::Enterprise).await.unwrap();
         let (space, key) = (created.space.id.to_string(), created.api_key.clone());
         let rx = Receiver::start().await;
         rx.set_default(Reply::status(200).body("ok").after(Duration::from_millis(5)));
@@ -309,7 +309,7 @@ fn url_path(url: &str) -> String {
 on_both_backends! {
     async fn a_delivery_lost_to_three_crashes_in_a_row_fails_as_lost_and_admins_are_told(db) {
         let logs = tempfile::tempdir().unwrap();
-        let created = server::admin::create_space(db.storage.as_ref(), "Crash loop", Plan::Enterprise).await.unwrap();
+        let created = server::ops::tenants::create_space(db.storage.as_ref(), "Crash loop", Plan::Enterprise).await.unwrap();
         let (space, key) = (created.space.id.to_string(), created.api_key.clone());
         // The receiver never answers in time: every attempt is in flight when the server dies.
         let rx = Receiver::start().await;

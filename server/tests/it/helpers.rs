@@ -105,7 +105,7 @@ impl TestApp {
 
     /// Creates a space with an API key for the API helpers below.
     pub async fn with_space(mut self) -> Self {
-        let created = server::admin::create_space(
+        let created = server::ops::tenants::create_space(
             self.storage.as_ref(),
             "Test space",
             server::domain::Plan::Enterprise,

@@ -29,10 +29,13 @@ pub struct Project {
 
 impl Project {
     pub async fn create(app: &TestApp, plan: Plan) -> Project {
-        let created =
-            server::admin::create_space(app.storage.as_ref(), &format!("{plan} space"), plan)
-                .await
-                .unwrap();
+        let created = server::ops::tenants::create_space(
+            app.storage.as_ref(),
+            &format!("{plan} space"),
+            plan,
+        )
+        .await
+        .unwrap();
         Project {
             id: created.space.id.to_string(),
             key: created.api_key,

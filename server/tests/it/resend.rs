@@ -147,6 +147,12 @@ on_both_backends! {
             .bearer_auth(app.api_key.as_ref().unwrap()).send().await.unwrap();
         assert_eq!(revoke.status(), 204);
         assert_eq!(client.get(app.api("/deliveries")).bearer_auth(&key).send().await.unwrap().status(), 401);
+        let (status, again) = app.post(&format!("/api-keys/{}/revoke", made["id"].as_str().unwrap()), json!({})).await;
+        assert_eq!(status, 204, "revoking twice answers the same: {again}");
+        let (_, list) = app.get("/api-keys").await;
+        assert!(list["data"].as_array().unwrap().iter().any(|k| k["id"] == made["id"] && k["revokedAt"].is_string()));
+        let (status, unknown) = app.post("/api-keys/key_01jdqz8x9k5v3w2r1t0m4n6p8q/revoke", json!({})).await;
+        assert_eq!((status, unknown["code"].as_str()), (404, Some("not_found")));
         app.stop().await;
     }
 }

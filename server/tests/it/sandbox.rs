@@ -116,7 +116,7 @@ on_both_backends! {
 
 /// A second space of the same server, with its own API key.
 async fn spawn_other_space(app: &crate::helpers::TestApp) -> OtherSpace {
-    let created = server::admin::create_space(
+    let created = server::ops::tenants::create_space(
         app.storage.as_ref(),
         "Other space",
         server::domain::Plan::Enterprise,

@@ -1,5 +1,6 @@
 //! `/v1/projects/{project}/api-keys`: more keys for a space, listed without their
-//! secret, revocable. A key is shown once, when it is made; only its hash is kept.
+//! secret, revocable. A key is shown once, when it is made; only its hash is kept
+//! (minting and revoking: [`crate::ops::credentials`]).
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -8,19 +9,18 @@ use axum::routing::post;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{check_name, ApiJson, Caller};
+use super::extract::{ApiJson, Caller};
 use super::openapi::{
     ApiKeyPath, BadRequest, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
 use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, PageOf};
-use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
-use crate::storage::StorageError;
+use crate::ops::credentials;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -33,7 +33,7 @@ pub fn router() -> Router<AppState> {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = CreateApiKey)]
 struct CreateBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,
@@ -100,23 +100,10 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let name = check_name("an API key name", &body.name, 100)?;
-    let secret = auth::new_token("pfk");
-    let key = ApiKey {
-        id: ApiKeyId::new(),
-        space_id,
-        name,
-        prefix: secret[..12].to_owned(),
-        created_at: now_ms(),
-        last_used_at: None,
-        revoked_at: None,
-    };
-    state
-        .storage
-        .create_api_key(&key, &auth::hash_token(&secret))
-        .await?;
+    let (key, minted) =
+        credentials::create_api_key(state.storage.as_ref(), space_id, &body.name, now_ms()).await?;
     let mut view = ApiKeyView::from(&key);
-    view.key = Some(secret);
+    view.key = Some(minted.secret);
     Ok((StatusCode::CREATED, Json(view)))
 }
 
@@ -159,9 +146,9 @@ async fn list(
     summary = "Revoke an API key",
     params(ApiKeyPath),
     responses(
-        (status = 204, description = "Revoked: the key answers 401 from now on"),
+        (status = 204, description = "Revoked: the key answers 401 from now on (revoking again answers the same)"),
         (status = 401, response = Unauthorized),
-        (status = 404, description = "No such live key in this project, or no such project (`not_found`)", body = ErrorBody),
+        (status = 404, description = "No such key in this project, or no such project (`not_found`)", body = ErrorBody),
         (status = 500, response = InternalError),
     )
 )]
@@ -171,15 +158,6 @@ async fn revoke(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let space_id = caller.space(&project)?;
-    let not_found = || ApiError::NotFound(format!("no live API key {id:?}"));
-    let key_id: ApiKeyId = id.parse().map_err(|_| not_found())?;
-    match state
-        .storage
-        .revoke_api_key(space_id, key_id, now_ms())
-        .await
-    {
-        Ok(()) => Ok(StatusCode::NO_CONTENT),
-        Err(StorageError::NotFound) => Err(not_found()),
-        Err(e) => Err(e.into()),
-    }
+    credentials::revoke_api_key(state.storage.as_ref(), space_id, &id, now_ms()).await?;
+    Ok(StatusCode::NO_CONTENT)
 }

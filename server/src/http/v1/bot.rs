@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 
-use super::channels::{post_message, MessageBody, MessageView};
+use super::channels::MessageBody;
 use super::extract::ApiJson;
 use super::openapi::{
     BadRequest, InternalError, PayloadTooLarge, Unprocessable, UnsupportedMediaType,
@@ -22,10 +22,12 @@ use super::openapi::{
 use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::*;
-use crate::http::error::{ApiError, ErrorBody};
-use crate::http::hooks::{only_post, too_many_requests, within_window, RATE_WINDOW_MS};
+use crate::http::error::{too_many_requests, ApiError, ErrorBody};
+use crate::http::hooks::only_post;
 use crate::http::AppState;
-use crate::storage::{Slot, StorageError};
+use crate::ops::messages::{self, MessageView, Source};
+use crate::ops::rate::{self, Window};
+use crate::storage::StorageError;
 
 pub fn router() -> Router<AppState> {
     Router::new().route(
@@ -130,25 +132,21 @@ async fn post_as_bot(
     let new = body.check(limits.message_max_chars)?;
 
     let limit = limits.bot_per_channel_per_second;
-    let key = format!("botch:{}", channel.id);
-    if let Slot::Wait(wait_ms) = state
-        .storage
-        .take_rate_slot(&key, limit, RATE_WINDOW_MS, now_ms())
-        .await?
-    {
+    let window = Window::BotsInChannel(channel.id);
+    if let Some(limited) = rate::take_slot(state.storage.as_ref(), window, limit, now_ms()).await? {
         return Ok(too_many_requests(
-            within_window(wait_ms),
+            limited,
             &format!("bots may post at most {limit} messages per second into one channel"),
         ));
     }
 
-    let view = post_message(
-        &state,
+    let message = messages::post(
+        state.storage.as_ref(),
+        &state.engine,
         &channel,
         new,
-        MessageSourceKind::Bot,
-        Some(bot.id.to_string()),
+        Source::Bot(bot.id),
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(view)).into_response())
+    Ok((StatusCode::CREATED, Json(MessageView::from(&message))).into_response())
 }

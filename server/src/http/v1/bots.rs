@@ -8,24 +8,18 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{check_name, ApiJson, Caller};
+use super::extract::{ApiJson, Caller};
 use super::openapi::{
     BadRequest, BotPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
 };
 use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, PageOf};
-use crate::auth;
 use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::ApiError;
 use crate::http::AppState;
-use crate::storage::StorageError;
-
-/// Bot tokens start with this, so a leaked one is recognisable.
-const TOKEN_PREFIX: &str = "pfb";
-/// The longest bot name, in characters.
-const MAX_NAME_CHARS: usize = 100;
+use crate::ops::credentials;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -69,7 +63,7 @@ impl From<&Bot> for BotView {
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateBot)]
 struct CreateBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,
@@ -104,35 +98,17 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<BotView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let name = check_name("a bot name", &body.name, MAX_NAME_CHARS)?;
-    let token = auth::new_token(TOKEN_PREFIX);
-    let bot = Bot {
-        id: BotId::new(),
-        space_id,
-        name,
-        token_hash: auth::hash_token(&token),
-        created_at: now_ms(),
-        revoked_at: None,
-    };
+    let (bot, minted) = credentials::new_bot(space_id, &body.name, now_ms())?;
     state.storage.create_bot(&bot).await?;
     let mut v = BotView::from(&bot);
-    v.token = Some(token);
+    v.token = Some(minted.secret);
     Ok((StatusCode::CREATED, Json(v)))
 }
 
 /// The bot `id` of the caller's space (revoked ones included), or 404.
 async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) -> Result<Bot, ApiError> {
     let space_id = caller.space(project)?;
-    let not_found = || ApiError::NotFound(format!("no bot {id:?}"));
-    let bot_id: BotId = id.parse().map_err(|_| not_found())?;
-    // Storage has no `get_bot`; a space has few bots, so its list is scanned.
-    state
-        .storage
-        .list_bots(space_id)
-        .await?
-        .into_iter()
-        .find(|b| b.id == bot_id)
-        .ok_or_else(not_found)
+    Ok(credentials::find_bot(state.storage.as_ref(), space_id, id).await?)
 }
 
 #[utoipa::path(
@@ -210,15 +186,7 @@ async fn revoke(
     caller: Caller,
     Path((project, id)): Path<(String, String)>,
 ) -> Result<Json<BotView>, ApiError> {
-    let mut bot = find(&state, &caller, &project, &id).await?;
-    if bot.revoked_at.is_none() {
-        let now = now_ms();
-        match state.storage.revoke_bot(bot.space_id, bot.id, now).await {
-            Ok(()) => bot.revoked_at = Some(now),
-            // Revoked meanwhile by another request: read what it wrote.
-            Err(StorageError::NotFound) => bot = find(&state, &caller, &project, &id).await?,
-            Err(e) => return Err(e.into()),
-        }
-    }
+    let space_id = caller.space(&project)?;
+    let bot = credentials::revoke_bot(state.storage.as_ref(), space_id, &id, now_ms()).await?;
     Ok(Json(BotView::from(&bot)))
 }

@@ -1,10 +1,7 @@
 //! `/v1/projects/{project}/channels`: create, list, read, rename and delete channels,
 //! page through their messages, and post a message with the API key (docs §1, §5).
-//!
-//! Messages are written here for every source (REST API, incoming webhooks, bots):
-//! [`post_message`] stores the message and its `message.created` event with the
-//! event's fan-out in one transaction, so a message answered 201 is on its way to
-//! every subscribed destination.
+//! [`MessageBody`] is the body every poster sends (API key, incoming webhook, bot);
+//! posting itself is [`crate::ops::messages`].
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
@@ -25,13 +22,10 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
-use crate::storage::{IncomingReplay, NewEvent, Published, StorageError};
-
-/// The type of the event every new message emits (docs §1).
-pub const MESSAGE_CREATED: &str = "message.created";
-
-/// The longest channel name, in characters.
-const MAX_CHANNEL_NAME_CHARS: usize = 100;
+use crate::ops::messages::{self, MessageView, NewMessage, Source};
+use crate::ops::names::NameKind;
+use crate::ops::OpsError;
+use crate::storage::StorageError;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -66,43 +60,6 @@ impl From<&Channel> for ChannelView {
     }
 }
 
-/// A message as every answer and the `message.created` payload show it.
-#[derive(Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(as = Message)]
-pub struct MessageView {
-    pub id: MessageId,
-    pub channel_id: ChannelId,
-    pub text: String,
-    /// Always an array; empty when the message has none.
-    #[schema(value_type = Vec<Value>)]
-    pub attachments: Value,
-    /// `incoming_webhook`, `bot` or `api`.
-    pub source_kind: MessageSourceKind,
-    /// The webhook, bot or API key that posted it.
-    #[schema(required = true)]
-    pub source_id: Option<String>,
-    #[schema(format = DateTime)]
-    pub created_at: String,
-}
-
-impl From<&Message> for MessageView {
-    fn from(m: &Message) -> Self {
-        Self {
-            id: m.id,
-            channel_id: m.channel_id,
-            text: m.text.clone(),
-            attachments: m
-                .attachments
-                .clone()
-                .unwrap_or_else(|| Value::Array(Vec::new())),
-            source_kind: m.source_kind,
-            source_id: m.source_id.clone(),
-            created_at: rfc3339(m.created_at),
-        }
-    }
-}
-
 /// The body of a new message, whoever posts it: `{"text": "...", "attachments"?: [...]}`.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -121,107 +78,12 @@ pub struct MessageBody {
     pub attachments: Option<Vec<Value>>,
 }
 
-/// A message's text and attachments, once they meet the rules.
-#[derive(Debug)]
-pub struct NewMessage {
-    pub text: String,
-    pub attachments: Option<Value>,
-}
-
 impl MessageBody {
-    /// The text must have 1 to `max_chars` characters and not be only white space
-    /// (422 otherwise, with a code that says which rule).
-    pub fn check(self, max_chars: usize) -> Result<NewMessage, ApiError> {
-        if self.text.trim().is_empty() {
-            return Err(ApiError::invalid("empty_text", "text must not be empty"));
-        }
-        if self.text.contains('\0') {
-            return Err(ApiError::invalid(
-                "invalid_text",
-                "text must not contain NUL characters",
-            ));
-        }
-        let chars = self.text.chars().count();
-        if chars > max_chars {
-            return Err(ApiError::invalid(
-                "text_too_long",
-                format!("text may have at most {max_chars} characters, not {chars}"),
-            ));
-        }
-        Ok(NewMessage {
-            text: self.text,
-            attachments: self.attachments.map(Value::Array),
-        })
+    /// The message, once its text meets the rules of [`NewMessage::new`] (422 otherwise,
+    /// with a code that says which rule).
+    pub fn check(self, max_chars: usize) -> Result<NewMessage, OpsError> {
+        NewMessage::new(self.text, self.attachments, max_chars)
     }
-}
-
-/// Stores a message in `channel` and its `message.created` event (the message JSON
-/// plus `spaceId`) fanned out to the subscribed destinations, in one transaction;
-/// wakes the dispatch engine when there is something to send.
-pub async fn post_message(
-    state: &AppState,
-    channel: &Channel,
-    new: NewMessage,
-    source_kind: MessageSourceKind,
-    source_id: Option<String>,
-) -> Result<MessageView, ApiError> {
-    let posted = post_message_once(state, channel, new, source_kind, source_id, None).await?;
-    posted.ok_or_else(|| {
-        ApiError::Internal(anyhow::anyhow!("a message without a webhook-id replayed"))
-    })
-}
-
-/// [`post_message`] that also remembers a signed incoming request's `webhook-id` in the
-/// same transaction; `None` when that ID was remembered before (a replay, nothing written).
-pub async fn post_message_once(
-    state: &AppState,
-    channel: &Channel,
-    new: NewMessage,
-    source_kind: MessageSourceKind,
-    source_id: Option<String>,
-    replay: Option<IncomingReplay<'_>>,
-) -> Result<Option<MessageView>, ApiError> {
-    let now = now_ms();
-    let message = Message {
-        id: MessageId::new(),
-        space_id: channel.space_id,
-        channel_id: channel.id,
-        text: new.text,
-        attachments: new.attachments,
-        source_kind,
-        source_id,
-        created_at: now,
-    };
-    let view = MessageView::from(&message);
-    let mut payload = serde_json::to_value(&view)
-        .map_err(|e| ApiError::Internal(anyhow::Error::new(e).context("serialising a message")))?;
-    if let Value::Object(fields) = &mut payload {
-        fields.insert(
-            "spaceId".into(),
-            Value::String(channel.space_id.to_string()),
-        );
-    }
-    let event = NewEvent {
-        event: Event {
-            id: EventId::new(),
-            space_id: channel.space_id,
-            event_type: MESSAGE_CREATED.into(),
-            payload,
-            created_at: now,
-        },
-        idempotency_key: None,
-        request_hash: String::new(),
-    };
-    match state
-        .storage
-        .post_message(&message, &event, replay, now)
-        .await?
-    {
-        None => return Ok(None),
-        Some(Published::Created { destinations, .. }) => state.engine.due_now(destinations),
-        Some(_) => {}
-    }
-    Ok(Some(view))
 }
 
 /// A new channel.
@@ -229,7 +91,7 @@ pub async fn post_message_once(
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateChannel)]
 struct CreateBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters;
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters;
     /// unique in the project.
     #[schema(
         examples("deploys"),
@@ -270,7 +132,7 @@ async fn create(
     let channel = Channel {
         id: ChannelId::new(),
         space_id,
-        name: check_name("a channel name", &body.name, MAX_CHANNEL_NAME_CHARS)?,
+        name: check_name(NameKind::Channel, &body.name)?,
         created_at: now_ms(),
     };
     match state.storage.create_channel(&channel).await {
@@ -285,7 +147,7 @@ async fn create(
 #[serde(deny_unknown_fields)]
 #[schema(as = RenameChannel)]
 struct RenameBody {
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters;
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters;
     /// unique in the project.
     #[schema(
         examples("releases"),
@@ -331,7 +193,7 @@ async fn rename(
 ) -> Result<Json<ChannelView>, ApiError> {
     let space_id = caller.space(&project)?;
     let mut channel = find_channel(&state, space_id, &id).await?;
-    let name = check_name("a channel name", &body.name, MAX_CHANNEL_NAME_CHARS)?;
+    let name = check_name(NameKind::Channel, &body.name)?;
     match state
         .storage
         .rename_channel(space_id, channel.id, &name)
@@ -519,49 +381,13 @@ async fn post_with_api_key(
     let space_id = caller.space(&project)?;
     let channel = find_channel(&state, space_id, &id).await?;
     let new = body.check(state.config.limits.message_max_chars)?;
-    let view = post_message(
-        &state,
+    let message = messages::post(
+        state.storage.as_ref(),
+        &state.engine,
         &channel,
         new,
-        MessageSourceKind::Api,
-        Some(caller.key.id.to_string()),
+        Source::Api(caller.key.id),
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(view)))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn body(text: &str) -> MessageBody {
-        MessageBody {
-            text: text.into(),
-            attachments: None,
-        }
-    }
-
-    #[test]
-    fn a_message_text_must_have_one_to_max_characters_not_bytes() {
-        assert!(body("hi").check(2).is_ok());
-        assert!(body("ёж").check(2).is_ok(), "two characters, four bytes");
-        let err = body("abc").check(2).unwrap_err();
-        assert!(matches!(
-            err,
-            ApiError::Invalid {
-                code: "text_too_long",
-                ..
-            }
-        ));
-        for blank in ["", "  \n\t"] {
-            let err = body(blank).check(10).unwrap_err();
-            assert!(matches!(
-                err,
-                ApiError::Invalid {
-                    code: "empty_text",
-                    ..
-                }
-            ));
-        }
-    }
+    Ok((StatusCode::CREATED, Json(MessageView::from(&message))))
 }

@@ -17,11 +17,11 @@ use super::openapi::{
 use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, DestinationView, PageOf};
 use crate::clock::now_ms;
-use crate::destinations;
 use crate::dispatch::retry::RetryPolicy;
 use crate::domain::*;
 use crate::http::error::ApiError;
 use crate::http::AppState;
+use crate::ops::destinations;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -127,7 +127,7 @@ struct UpdateBody {
     transformation: Option<Option<String>>,
 }
 
-/// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::destinations`]).
+/// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::ops::destinations`]).
 pub fn check_event_type(t: &str) -> Result<(), ApiError> {
     Ok(destinations::check_event_type(t)?)
 }

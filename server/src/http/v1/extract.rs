@@ -1,5 +1,5 @@
 //! Extractors for the REST API: the API key, and JSON bodies whose every rejection
-//! answers JSON `{"code","message"}` like the rest of the API.
+//! answers JSON `{"code","message"}` like the rest of the API; the name rule.
 
 use axum::body::Bytes;
 use axum::extract::rejection::JsonRejection;
@@ -12,6 +12,7 @@ use crate::auth;
 use crate::domain::{ApiKey, SpaceId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
+use crate::ops::names::{self, NameKind};
 use crate::storage::StorageError;
 
 /// The space whose API key authenticated this request.
@@ -112,18 +113,11 @@ pub fn not_an_object(body: &[u8]) -> Option<ApiError> {
     }
 }
 
-/// A name (of a channel, bot, incoming webhook or API key) as sent: 1 to `max` characters,
-/// not only white space, no control characters; kept trimmed. The documents' `maxLength`
-/// and `pattern` say the same of the value as sent.
-pub fn check_name(what: &str, raw: &str, max: usize) -> Result<String, ApiError> {
-    let name = raw.trim();
-    if name.is_empty() || raw.chars().count() > max || raw.chars().any(char::is_control) {
-        return Err(ApiError::invalid(
-            "invalid_name",
-            format!("{what} needs 1 to {max} characters, not only white space, and no control characters"),
-        ));
-    }
-    Ok(name.to_owned())
+/// A name (of a channel, bot, incoming webhook or API key) as sent, by the one name rule
+/// ([`crate::ops::names::parse`]): 1 to the kind's maximum characters after trimming,
+/// no control characters; kept trimmed. 422 `invalid_name` otherwise.
+pub fn check_name(kind: NameKind, raw: &str) -> Result<String, ApiError> {
+    Ok(names::parse(kind, raw)?)
 }
 
 fn unsupported_media_type() -> ApiError {

@@ -20,19 +20,16 @@ use super::openapi::{
 };
 use super::page::{self, Keyset, ListQuery};
 use super::views::{rfc3339, PageOf};
-use crate::auth;
 use crate::clock::now_ms;
 use crate::dispatch::signing;
 use crate::domain::*;
 use crate::http::error::ApiError;
 use crate::http::hooks;
 use crate::http::AppState;
+use crate::ops::credentials::Credential;
+use crate::ops::names::NameKind;
 use crate::storage::StorageError;
 
-/// Tokens of incoming webhooks start with this, so a leaked one is recognisable.
-const TOKEN_PREFIX: &str = "pfh";
-/// The longest webhook name, in characters.
-const MAX_NAME_CHARS: usize = 100;
 /// Key sizes the Standard Webhooks spec recommends for a `whsec_` secret (bytes).
 const SECRET_KEY_BYTES: std::ops::RangeInclusive<usize> = 24..=64;
 
@@ -122,7 +119,7 @@ struct CreateBody {
     /// A channel of this project (`unknown_channel`, 422, otherwise).
     #[schema(value_type = ChannelId)]
     channel_id: String,
-    /// 1 to 100 characters, not only white space (kept trimmed), no control characters.
+    /// 1 to 100 characters after trimming (kept trimmed), not only white space, no control characters.
     #[schema(
         min_length = 1,
         max_length = 100,
@@ -203,7 +200,7 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<WebhookView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let name = check_name("a webhook name", &body.name, MAX_NAME_CHARS)?;
+    let name = check_name(NameKind::IncomingWebhook, &body.name)?;
     let (signing_secret, generated) = check_secret(body.signing_secret)?;
     let channel = find_channel(&state, space_id, &body.channel_id)
         .await
@@ -214,14 +211,14 @@ async fn create(
             ),
             other => other,
         })?;
-    let token = auth::new_token(TOKEN_PREFIX);
+    let minted = Credential::IncomingWebhookToken.mint();
     let now = now_ms();
     let webhook = IncomingWebhook {
         id: IncomingWebhookId::new(),
         space_id,
         channel_id: channel.id,
         name,
-        token_hash: auth::hash_token(&token),
+        token_hash: minted.hash,
         signing_secret,
         status: IncomingWebhookStatus::Active,
         consecutive_failures: 0,
@@ -231,8 +228,12 @@ async fn create(
     };
     state.storage.create_incoming_webhook(&webhook).await?;
     let mut v = view(&webhook, rate_of(&state, space_id).await?);
-    v.url = Some(state.public_url.join(&hooks::path(webhook.id, &token)));
-    v.token = Some(token);
+    v.url = Some(
+        state
+            .public_url
+            .join(&hooks::path(webhook.id, &minted.secret)),
+    );
+    v.token = Some(minted.secret);
     if generated {
         v.signing_secret = webhook.signing_secret.clone();
     }

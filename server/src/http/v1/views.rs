@@ -6,13 +6,7 @@ use utoipa::ToSchema;
 
 use crate::domain::*;
 
-/// RFC 3339 (UTC, milliseconds) for a Unix-milliseconds time.
-pub fn rfc3339(ms: UnixMs) -> String {
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
-}
+pub use crate::clock::rfc3339;
 
 fn rfc3339_opt(ms: Option<UnixMs>) -> Option<String> {
     ms.map(rfc3339)
