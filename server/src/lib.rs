@@ -12,6 +12,8 @@
 //! - [`sandbox`]: the worker processes that run tenants' jq programs under memory and CPU limits.
 //! - [`startup`]: wires it all together and serves until a shutdown signal.
 //! - [`cli`]: the `partyflow` command line.
+//! - `testkit` (feature `testkit`): what the test suites share (fresh databases, the
+//!   server in-process, a test receiver).
 
 pub mod auth;
 pub mod cli;
@@ -26,3 +28,5 @@ pub mod sandbox;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;

@@ -2,8 +2,8 @@
 
 use serde_json::json;
 
-use crate::helpers::spawn_app;
 use crate::on_both_backends;
+use server::testkit::spawn_app;
 
 on_both_backends! {
     async fn bad_requests_get_clear_json_errors(db) {
@@ -135,8 +135,8 @@ on_both_backends! {
         let app = spawn_app(&db).await.with_space().await;
         let a = crate::incoming::Project::of(&app);
         let b = crate::incoming::Project::create(&app, server::domain::Plan::Free).await;
-        let rx = crate::helpers::Receiver::start().await;
-        rx.set_default(crate::helpers::Reply::status(400));
+        let rx = server::testkit::Receiver::start().await;
+        rx.set_default(server::testkit::Reply::status(400));
         let id = |v: &serde_json::Value| v["id"].as_str().unwrap().to_owned();
 
         let dst = id(&app.destination(json!({"url": rx.url("/a")})).await);

@@ -4,9 +4,9 @@
 use serde_json::{json, Value};
 use server::domain::Plan;
 
-use crate::helpers::{spawn_app, Receiver};
 use crate::incoming::{hook, measure_burst, Answer, Project, WINDOW};
 use crate::on_both_backends;
+use server::testkit::{spawn_app, Receiver};
 
 /// Creates a bot and returns its JSON (with the token).
 async fn bot(p: &Project, name: &str) -> Value {

@@ -4,10 +4,10 @@
 
 use serde_json::json;
 
-use crate::helpers::{browser_like_client, spawn_app};
 use crate::on_both_backends;
 use server::domain::Role;
 use server::storage::UserChange;
+use server::testkit::{browser_like_client, spawn_app};
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -99,12 +99,12 @@ on_both_backends! {
         };
         let shutdown = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(server::startup::run(
-            crate::helpers::test_config(&db.url),
+            server::testkit::test_config(&db.url),
             db.storage.clone(),
             listener,
             shutdown.clone(),
         ));
-        crate::helpers::wait_until_serving(addr).await;
+        server::testkit::wait_until_serving(addr).await;
         let home = match client.get(format!("http://{addr}/")).send().await {
             Ok(r) => r,
             Err(e) => panic!("{e}: server said {:?}", task.await),
@@ -163,7 +163,7 @@ async fn session(base: &str, email: &str) -> reqwest::Client {
     client
 }
 
-async fn user(db: &crate::helpers::TestDb, email: &str, role: Role) -> server::domain::User {
+async fn user(db: &server::testkit::TestDb, email: &str, role: Role) -> server::domain::User {
     server::ops::tenants::create_user(db.storage.as_ref(), email, PASSWORD, role)
         .await
         .unwrap()
@@ -310,7 +310,7 @@ on_both_backends! {
 on_both_backends! {
     async fn a_test_event_goes_to_one_destination_only_through_the_engine(db) {
         user(&db, "admin@example.com", Role::Admin).await;
-        let receiver = crate::helpers::Receiver::start().await;
+        let receiver = server::testkit::Receiver::start().await;
         let app = spawn_app(&db).await.with_space().await;
         let chosen = app.destination(json!({"url": receiver.url("/chosen"), "eventTypes": ["order.paid"]})).await;
         app.destination(json!({"url": receiver.url("/other")})).await;
@@ -328,7 +328,7 @@ on_both_backends! {
         let payload: serde_json::Value = serde_json::from_str(&got[0].body).unwrap();
         assert_eq!(payload["type"], "partyflow.test");
         assert!(!got[0].header("webhook-signature").is_empty(), "signed like any delivery");
-        crate::helpers::eventually(30, || async {
+        server::testkit::eventually(30, || async {
             let (_, d) = app.get(&format!("/deliveries/{delivery}")).await;
             (d["status"] == "succeeded").then_some(())
         })
@@ -495,9 +495,9 @@ on_both_backends! {
         user(&db, "admin@example.com", Role::Admin).await;
         let config = server::config::Config {
             public_url: "https://hooks.example.com/".into(),
-            ..crate::helpers::test_config(&db.url)
+            ..server::testkit::test_config(&db.url)
         };
-        let app = crate::helpers::spawn_app_with_config(&db, config).await.with_space().await;
+        let app = server::testkit::spawn_app_with_config(&db, config).await.with_space().await;
         let (_, channel) = app.post("/channels", json!({"name": "alerts"})).await;
         let channel = channel["id"].as_str().unwrap().to_owned();
 

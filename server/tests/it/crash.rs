@@ -15,8 +15,8 @@ use serde_json::json;
 use server::domain::{DeliveryStatus, ErrorClass, Plan};
 use server::storage::{DeliveryFilter, Page};
 
-use crate::helpers::{eventually, Receiver, Reply};
 use crate::on_both_backends;
+use server::testkit::{eventually, Receiver, Reply};
 
 const EVENTS: usize = 1_000;
 /// Each event goes to every destination: EVENTS × DESTINATIONS deliveries.

@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde_json::json;
 use server::dispatch::signing;
 
-use crate::helpers::{eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply};
 use crate::on_both_backends;
+use server::testkit::{eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply};
 
 /// A policy that retries in milliseconds, so tests need no long sleeps.
 fn fast(preset: &str) -> serde_json::Value {
@@ -258,7 +258,7 @@ on_both_backends! {
         let app = spawn_app(&db).await.with_space().await;
         let rx = Receiver::start().await;
         app.stop().await;
-        let db2 = crate::helpers::TestDb { url: db.url.clone(), storage: db.storage.clone(), _dir: None };
+        let db2 = server::testkit::TestDb { url: db.url.clone(), storage: db.storage.clone(), _dir: None };
         let app = spawn_app_with_config(&db2, {
             let mut c = test_config(&db.url);
             c.dispatch.enabled = false;

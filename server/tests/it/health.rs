@@ -1,5 +1,5 @@
-use crate::helpers::spawn_app;
 use crate::on_both_backends;
+use server::testkit::spawn_app;
 
 on_both_backends! {
     async fn health_and_readiness_answer_200_when_the_database_is_up(db) {

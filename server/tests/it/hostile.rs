@@ -22,8 +22,8 @@ use server::storage::{DeliveryFilter, Page};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::helpers::{eventually, spawn_app, Receiver};
 use crate::on_both_backends;
+use server::testkit::{eventually, spawn_app, Receiver};
 
 /// How a hostile receiver answers every connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

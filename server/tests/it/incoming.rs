@@ -13,8 +13,8 @@ use serde_json::{json, Value};
 use server::dispatch::signing;
 use server::domain::Plan;
 
-use crate::helpers::{spawn_app, spawn_app_with_config, test_config, Receiver, Reply, TestApp};
 use crate::on_both_backends;
+use server::testkit::{spawn_app, spawn_app_with_config, test_config, Receiver, Reply, TestApp};
 
 /// The window of every rate limit in docs §3 and §4.
 pub const WINDOW: Duration = Duration::from_secs(1);

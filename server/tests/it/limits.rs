@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::helpers::{eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply};
 use crate::on_both_backends;
+use server::testkit::{eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply};
 
 /// The most requests within any `window` in these arrival times.
 fn max_in_any_window(times: &[std::time::Instant], window: Duration) -> usize {
@@ -22,7 +22,7 @@ fn max_in_any_window(times: &[std::time::Instant], window: Duration) -> usize {
     best
 }
 
-async fn all_succeeded(app: &crate::helpers::TestApp, n: usize) -> Vec<serde_json::Value> {
+async fn all_succeeded(app: &server::testkit::TestApp, n: usize) -> Vec<serde_json::Value> {
     eventually(60, || async {
         let (_, list) = app.get("/deliveries?limit=250&status=succeeded").await;
         let data = list["data"].as_array().unwrap().clone();
@@ -144,11 +144,11 @@ on_both_backends! {
 /// Two instances (each with its own engine and connection pool) on one PostgreSQL database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
-    let Some(db) = crate::helpers::fresh_db(crate::helpers::Db::Postgres).await else {
+    let Some(db) = server::testkit::fresh_db(server::testkit::Db::Postgres).await else {
         return;
     };
     let second_storage = server::storage::connect(&db.url).await.unwrap();
-    let db2 = crate::helpers::TestDb {
+    let db2 = server::testkit::TestDb {
         url: db.url.clone(),
         storage: second_storage,
         _dir: None,

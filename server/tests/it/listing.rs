@@ -7,9 +7,9 @@ use std::collections::HashSet;
 use serde_json::{json, Value};
 use server::domain::*;
 
-use crate::helpers::{spawn_app_with_config, test_config, TestApp, TestDb};
 use crate::incoming::Project;
 use crate::on_both_backends;
+use server::testkit::{spawn_app_with_config, test_config, TestApp, TestDb};
 
 /// A server whose engine does not run: deliveries stay `pending` where the test put them.
 async fn quiet_app(db: &TestDb) -> TestApp {

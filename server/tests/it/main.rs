@@ -6,6 +6,7 @@ mod api;
 mod bots;
 mod cli;
 mod console;
+mod console_storage;
 mod crash;
 mod dispatch;
 mod health;

@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
-use crate::helpers::*;
 use crate::on_both_backends;
+use server::testkit::*;
 
 /// Every route of the router, as the document names it. docs §5's calls are all here.
 const ROUTES: &[(&str, &str)] = &[

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::helpers::{eventually, spawn_app_with_config, test_config, Receiver, TestApp, TestDb};
+use server::testkit::{eventually, spawn_app_with_config, test_config, Receiver, TestApp, TestDb};
 
 /// One publish and how it was answered.
 #[derive(Debug, Clone)]

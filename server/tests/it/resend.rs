@@ -2,8 +2,8 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{eventually, spawn_app, Receiver, Reply};
 use crate::on_both_backends;
+use server::testkit::{eventually, spawn_app, Receiver, Reply};
 
 on_both_backends! {
     async fn resending_a_failed_delivery_makes_a_linked_copy_with_the_same_webhook_id(db) {
@@ -216,14 +216,14 @@ on_both_backends! {
 }
 
 /// A server whose engine does not run: deliveries stay where the test puts them.
-async fn quiet_app(db: &crate::helpers::TestDb) -> crate::helpers::TestApp {
-    let mut config = crate::helpers::test_config(&db.url);
+async fn quiet_app(db: &server::testkit::TestDb) -> server::testkit::TestApp {
+    let mut config = server::testkit::test_config(&db.url);
     config.dispatch.enabled = false;
-    crate::helpers::spawn_app_with_config(db, config).await
+    server::testkit::spawn_app_with_config(db, config).await
 }
 
 /// Dead-letters `deliveries` (claimed already) as a worker would, without auto-disable.
-async fn dead_letter(app: &crate::helpers::TestApp, deliveries: &[server::domain::Delivery]) {
+async fn dead_letter(app: &server::testkit::TestApp, deliveries: &[server::domain::Delivery]) {
     use server::domain::*;
     use server::storage::{FinishedAttempt, NextStep};
     let now = server::clock::now_ms();
@@ -424,9 +424,9 @@ on_both_backends! {
 
 on_both_backends! {
     async fn the_largest_body_is_a_setting_and_larger_ones_get_413_json(db) {
-        let mut config = crate::helpers::test_config(&db.url);
+        let mut config = server::testkit::test_config(&db.url);
         config.max_body_bytes = 2048;
-        let app = crate::helpers::spawn_app_with_config(&db, config).await.with_space().await;
+        let app = server::testkit::spawn_app_with_config(&db, config).await.with_space().await;
         let small = json!({"type": "x", "payload": {"pad": "a".repeat(1500)}});
         assert_eq!(app.post("/events", small).await.0, 202);
         let (status, err) = app.post("/events", json!({"type": "x", "payload": {"pad": "a".repeat(3000)}})).await;

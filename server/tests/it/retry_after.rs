@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, Receiver, Reply, TestApp};
 use crate::on_both_backends;
+use server::testkit::{spawn_app, Receiver, Reply, TestApp};
 
 /// Partyflow rules (Retry-After replaces the backoff when in [1 s, 1 h]) with a
 /// 600 s backoff and no jitter.

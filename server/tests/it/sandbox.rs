@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::helpers::{spawn_app, Receiver};
 use crate::on_both_backends;
+use server::testkit::{spawn_app, Receiver};
 
 /// Program bombs and the words their failure must contain.
 const BOMBS: [(&str, &str, &[&str]); 5] = [
@@ -87,7 +87,7 @@ on_both_backends! {
         // A restart on the same database starts and serves.
         let storage = app.storage.clone();
         app.stop().await;
-        let again = crate::helpers::spawn_app(&db).await;
+        let again = server::testkit::spawn_app(&db).await;
         let health = reqwest::get(again.url("/healthz")).await.unwrap();
         assert_eq!(health.status(), 200);
         drop(storage);
@@ -115,7 +115,7 @@ on_both_backends! {
 }
 
 /// A second space of the same server, with its own API key.
-async fn spawn_other_space(app: &crate::helpers::TestApp) -> OtherSpace {
+async fn spawn_other_space(app: &server::testkit::TestApp) -> OtherSpace {
     let created = server::ops::tenants::create_space(
         app.storage.as_ref(),
         "Other space",

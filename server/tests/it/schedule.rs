@@ -7,9 +7,9 @@ use serde_json::{json, Value};
 use server::storage::postgres::PostgresStorage;
 use server::storage::sqlite::SqliteStorage;
 
-use crate::helpers::{eventually, spawn_app, Receiver, Reply, TestApp, TestDb};
 use crate::on_both_backends;
 use crate::retry_after::{last_attempt_ended_ms, unix_ms, EARLY_MS, LATE_MS};
+use server::testkit::{eventually, spawn_app, Receiver, Reply, TestApp, TestDb};
 
 /// Moves a waiting delivery's next attempt to now, as if its delay had passed.
 async fn make_due(db: &TestDb, delivery_id: &str) {

@@ -5,8 +5,8 @@
 
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, Received, Receiver, Reply};
 use crate::on_both_backends;
+use server::testkit::{spawn_app, Received, Receiver, Reply};
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

@@ -3,9 +3,7 @@
 //! once, and the URL works), a destination (its secret shown), a secret rotation and
 //! a support user.
 
-mod common;
-
-use common::*;
+use end2end::*;
 use fantoccini::Locator;
 use server::domain::*;
 

@@ -2,11 +2,9 @@
 //! class, send several again and watch them succeed, cancel a retrying delivery and
 //! every delivery matching a filter; attacker-controlled payloads stay text.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use end2end::*;
 use fantoccini::Locator;
 use serde_json::json;
 use server::domain::*;
@@ -19,11 +17,11 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
     let receiver = Receiver::start().await;
     // Keep destinations active however much fails here (auto-disable has its own test).
     let server = start_server_with(|c| c.dispatch.auto_disable_after = 100).await;
-    receiver.answer("flaky", 500);
-    receiver.answer("down", 503);
+    receiver.reply_at("/hooks/flaky", Reply::status(500));
+    receiver.reply_at("/hooks/down", Reply::status(503));
     let flaky = server
         .destination(
-            &receiver.url("flaky"),
+            &receiver.url("/hooks/flaky"),
             "order.created",
             1,
             json!({"preset": "partyflow"}),
@@ -31,7 +29,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
         .await;
     let down = server
         .destination(
-            &receiver.url("down"),
+            &receiver.url("/hooks/down"),
             "order.paid",
             5,
             json!({"preset": "standard", "initialMs": 600000}),
@@ -45,7 +43,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
     for i in 0..4 {
         server.publish("order.paid", json!({"order": i})).await;
     }
-    eventually(
+    wait_until(
         "three deliveries to the flaky receiver failed",
         30,
         || async {
@@ -59,7 +57,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
         },
     )
     .await;
-    eventually(
+    wait_until(
         "four deliveries to the down receiver are retrying",
         30,
         || async {
@@ -109,7 +107,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
         .click()
         .await
         .unwrap();
-    eventually(
+    wait_until(
         "the filter is in the URL and the table shows three rows",
         15,
         || async {
@@ -133,7 +131,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
     wait_text(&c, ".empty", "No deliveries match").await;
 
     // Choose two and send them again; the receiver is fixed now.
-    receiver.answer("flaky", 200);
+    receiver.reply_at("/hooks/flaky", Reply::status(200));
     open(&c, &server, "/deliveries?status=failed&error_class=http").await;
     let boxes = c
         .find_all(Locator::Css("tr[data-delivery] input[name=id]"))
@@ -164,7 +162,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
     let result = wait_text(&c, "[data-testid=bulk-result]", "Done.").await;
     assert!(result.contains("Sent again 2."), "{result}");
     screenshot(&c, "bulk-result").await;
-    eventually("the two new deliveries succeeded", 30, || async {
+    wait_until("the two new deliveries succeeded", 30, || async {
         server
             .deliveries_of(flaky)
             .await
@@ -180,7 +178,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
         &format!("/deliveries?status=succeeded&destination={flaky}"),
     )
     .await;
-    eventually("the table shows the two successes", 10, || async {
+    wait_until("the table shows the two successes", 10, || async {
         c.find_all(Locator::Css("tr[data-delivery][data-status=succeeded]"))
             .await
             .unwrap()
@@ -262,7 +260,7 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
         &format!("/deliveries?status=retrying&destination={down}"),
     )
     .await;
-    eventually("three retrying rows", 10, || async {
+    wait_until("three retrying rows", 10, || async {
         c.find_all(Locator::Css("tr[data-delivery]"))
             .await
             .unwrap()

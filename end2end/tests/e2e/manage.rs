@@ -5,12 +5,10 @@
 //! wrong password), and revokes API keys through a confirmation, with JavaScript
 //! and without.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
-use fantoccini::{ClientBuilder, Locator};
+use end2end::*;
+use fantoccini::Locator;
 use serde_json::{json, Value};
 use server::domain::*;
 
@@ -28,7 +26,7 @@ async fn an_admin_edits_a_destination_and_its_next_deliveries_follow_the_new_set
     let server = start_server().await;
     let dst = server
         .destination(
-            &receiver.url("old"),
+            &receiver.url("/hooks/old"),
             "ping",
             3,
             json!({"preset": "partyflow"}),
@@ -55,7 +53,10 @@ async fn an_admin_edits_a_destination_and_its_next_deliveries_follow_the_new_set
         .prop("value")
         .await
         .unwrap();
-    assert_eq!(shown_url.as_deref(), Some(receiver.url("old").as_str()));
+    assert_eq!(
+        shown_url.as_deref(),
+        Some(receiver.url("/hooks/old").as_str())
+    );
     let shown_attempts = find(&c, "input[name=max_attempts]")
         .await
         .prop("value")
@@ -97,7 +98,7 @@ async fn an_admin_edits_a_destination_and_its_next_deliveries_follow_the_new_set
         .is_none());
 
     // The new URL, a limit of one request a minute, and a working program.
-    set_field(&c, "input[name=url]", &receiver.url("new")).await;
+    set_field(&c, "input[name=url]", &receiver.url("/hooks/new")).await;
     set_field(&c, "input[name=rate_count]", "1").await;
     c.find(Locator::Css("select[name=rate_period]"))
         .await
@@ -124,7 +125,7 @@ async fn an_admin_edits_a_destination_and_its_next_deliveries_follow_the_new_set
         .get_destination(server.space, dst)
         .await
         .unwrap();
-    assert_eq!(saved.url, receiver.url("new"));
+    assert_eq!(saved.url, receiver.url("/hooks/new"));
     assert_eq!(
         saved.rate_limit,
         Some(RateLimit {
@@ -146,11 +147,11 @@ async fn an_admin_edits_a_destination_and_its_next_deliveries_follow_the_new_set
     wait_text(&c, "dl.facts", "yes (jq)").await;
     server.publish("ping", json!({"n": 1, "secret": "x"})).await;
     server.publish("ping", json!({"n": 2})).await;
-    eventually("the first event reached the new URL", 30, || async {
-        receiver.received("new") == 1
+    wait_until("the first event reached the new URL", 30, || async {
+        receiver.received_at("/hooks/new").len() == 1
     })
     .await;
-    eventually("the second one waits for the rate limit", 30, || async {
+    wait_until("the second one waits for the rate limit", 30, || async {
         server.deliveries_of(dst).await.iter().any(|d| {
             d.status == DeliveryStatus::Pending
                 && d.last_error_class == Some(ErrorClass::RateLimited)
@@ -158,9 +159,13 @@ async fn an_admin_edits_a_destination_and_its_next_deliveries_follow_the_new_set
     })
     .await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(receiver.received("new"), 1, "held by 1 per minute");
-    assert_eq!(receiver.received("old"), 0);
-    let body: Value = serde_json::from_str(&receiver.got.lock().unwrap()[0].1).unwrap();
+    assert_eq!(
+        receiver.received_at("/hooks/new").len(),
+        1,
+        "held by 1 per minute"
+    );
+    assert_eq!(receiver.received_at("/hooks/old").len(), 0);
+    let body: Value = serde_json::from_str(&receiver.received()[0].body).unwrap();
     assert_eq!(body, json!({"n": 1, "via": "console"}));
 
     c.close().await.unwrap();
@@ -173,7 +178,7 @@ async fn an_admin_sends_a_test_event_and_follows_it_to_its_delivery() {
     let server = start_server().await;
     let dst = server
         .destination(
-            &receiver.url("test"),
+            &receiver.url("/hooks/test"),
             "order.paid",
             3,
             json!({"preset": "partyflow"}),
@@ -196,11 +201,11 @@ async fn an_admin_sends_a_test_event_and_follows_it_to_its_delivery() {
     )
     .await;
     screenshot(&c, "test-event-sent").await;
-    eventually("the receiver got the test event", 30, || async {
-        receiver.received("test") == 1
+    wait_until("the receiver got the test event", 30, || async {
+        receiver.received_at("/hooks/test").len() == 1
     })
     .await;
-    let body: Value = serde_json::from_str(&receiver.got.lock().unwrap()[0].1).unwrap();
+    let body: Value = serde_json::from_str(&receiver.received()[0].body).unwrap();
     assert_eq!(body["type"], "partyflow.test");
 
     // The notice links to the delivery, which shows the successful attempt.
@@ -216,7 +221,7 @@ async fn an_admin_sends_a_test_event_and_follows_it_to_its_delivery() {
         c.current_url().await.unwrap().path(),
         format!("/deliveries/{}", deliveries[0].id)
     );
-    eventually("the delivery page shows success", 30, || async {
+    wait_until("the delivery page shows success", 30, || async {
         c.refresh().await.unwrap();
         wait_for_hydration(&c).await;
         c.find(Locator::Css("[data-status=succeeded]"))
@@ -314,7 +319,7 @@ async fn a_disabled_user_is_signed_out_and_cannot_sign_in_again() {
         "Deleted support@example.com",
     )
     .await;
-    eventually("the row is gone", 15, || async {
+    wait_until("the row is gone", 15, || async {
         admin.find(Locator::Css(&row)).await.is_err()
     })
     .await;
@@ -409,25 +414,7 @@ async fn api_keys_are_revoked_only_after_a_confirmation_with_and_without_javascr
         .unwrap();
     assert_eq!(api(key.clone()).await, 200);
     let profile = tempfile::tempdir().unwrap();
-    let caps = json!({
-        "goog:chromeOptions": {
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--disable-background-networking", "--disable-sync",
-                "--window-size=1280,800", "--blink-settings=scriptEnabled=false",
-                format!("--user-data-dir={}", profile.path().display()),
-            ]
-        }
-    });
-    let Value::Object(caps) = caps else {
-        unreachable!()
-    };
-    let plain = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{}", driver.port))
-        .await
-        .unwrap();
+    let plain = browser_without_javascript(&driver, profile.path()).await;
     plain
         .goto(&server.url(&format!("/spaces/{}", server.space)))
         .await

@@ -3,9 +3,9 @@
 //! how many paused deliveries resume and they do; a disabled incoming webhook is
 //! re-enabled.
 
-mod common;
+use std::time::Duration;
 
-use common::*;
+use end2end::*;
 use fantoccini::Locator;
 use serde_json::json;
 use server::domain::*;
@@ -16,12 +16,14 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
     let started = std::time::Instant::now();
     let receiver = Receiver::start().await;
     let server = start_server().await; // three dead-letters in a row disable a destination
-    receiver.answer("shaky", 500);
-    // Slow failures: all five events are in before the third dead-letter disables it.
-    receiver.delay("shaky", 400);
+                                       // Slow failures: all five events are in before the third dead-letter disables it.
+    receiver.reply_at(
+        "/hooks/shaky",
+        Reply::status(500).after(Duration::from_millis(400)),
+    );
     let shaky = server
         .destination(
-            &receiver.url("shaky"),
+            &receiver.url("/hooks/shaky"),
             "ping",
             1,
             json!({"preset": "partyflow"}),
@@ -30,7 +32,7 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
     for i in 0..5 {
         server.publish("ping", json!({"n": i})).await;
     }
-    eventually(
+    wait_until(
         "the destination is disabled after three dead-letters",
         30,
         || async {
@@ -44,13 +46,13 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
         },
     )
     .await;
-    eventually(
+    wait_until(
         "the two deliveries still waiting are paused",
         10,
         || async { server.storage.count_paused(shaky).await.unwrap() == 2 },
     )
     .await;
-    receiver.delay("shaky", 0);
+    receiver.reply_at("/hooks/shaky", Reply::status(500));
 
     // A disabled incoming webhook (it failed once with a threshold of one).
     let hook = incoming_webhook(&server, "alerts").await;
@@ -81,7 +83,7 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
         .await
         .unwrap();
     let item = wait_text(&c, "li[data-kind='destination.disabled']", "was disabled").await;
-    assert!(item.contains(&receiver.url("shaky")), "{item}");
+    assert!(item.contains(&receiver.url("/hooks/shaky")), "{item}");
     screenshot(&c, "notifications").await;
     c.find(Locator::Css("li[data-kind='destination.disabled'] a"))
         .await
@@ -94,7 +96,7 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
     screenshot(&c, "destination-inactive").await;
 
     // Fixed receiver; Re-enable; the paused deliveries go out and succeed.
-    receiver.answer("shaky", 200);
+    receiver.reply_at("/hooks/shaky", Reply::status(200));
     c.find(Locator::Css("[data-testid=reenable]"))
         .await
         .unwrap()
@@ -102,7 +104,7 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
         .await
         .unwrap();
     wait_text(&c, "[data-testid=notice]", "2 paused deliveries resume").await;
-    eventually(
+    wait_until(
         "the paused deliveries were sent and succeeded",
         30,
         || async {
@@ -169,7 +171,7 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
         .await
         .unwrap();
     wait_text(&c, "[data-testid=notice]", "Marked 2 notifications read").await;
-    eventually("the badge disappears", 10, || async {
+    wait_until("the badge disappears", 10, || async {
         c.find(Locator::Css("[data-testid=unread-badge]"))
             .await
             .is_err()

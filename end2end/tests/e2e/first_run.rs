@@ -2,25 +2,15 @@
 //! with JavaScript switched off: plain forms post to server functions and come back
 //! to the page with the result.
 
-mod common;
-
-use common::*;
-use fantoccini::{ClientBuilder, Locator};
-use serde_json::{json, Value};
+use end2end::*;
+use fantoccini::Locator;
+use serde_json::json;
 use server::domain::*;
-
-fn plain_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .cookie_store(true)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
     let server = start_bare_server().await;
-    let client = plain_client();
+    let client = browser_like_client();
 
     let login = client
         .get(server.url("/login"))
@@ -56,7 +46,7 @@ async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
     assert!(home.text().await.unwrap().contains("first@example.com"));
 
     // Once a user exists, the server refuses setup, whatever the page shows.
-    let again = plain_client()
+    let again = browser_like_client()
         .post(server.url("/api/setup"))
         .form(&[("email", "second@example.com"), ("password", PASSWORD)])
         .send()
@@ -69,7 +59,7 @@ async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
     );
     assert!(again.text().await.unwrap().contains("set up already"));
     assert_eq!(server.storage.count_users().await.unwrap(), 1);
-    let login = plain_client()
+    let login = browser_like_client()
         .get(server.url("/login"))
         .send()
         .await
@@ -80,7 +70,7 @@ async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
     assert!(!login.contains("Create the first admin"));
 
     // Ten wrong passwords, then even the right one waits.
-    let attacker = plain_client();
+    let attacker = browser_like_client();
     for _ in 0..10 {
         let r = attacker
             .post(server.url("/api/login"))
@@ -98,7 +88,7 @@ async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
             .unwrap()
             .starts_with("/login?error=credentials"));
     }
-    let r = plain_client()
+    let r = browser_like_client()
         .post(server.url("/api/login"))
         .header("accept", "text/html")
         .form(&[
@@ -126,7 +116,7 @@ async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
     )
     .await
     .unwrap();
-    let r = plain_client()
+    let r = browser_like_client()
         .post(server.url("/api/login"))
         .header("accept", "text/html")
         .form(&[
@@ -145,17 +135,17 @@ async fn the_first_admin_is_created_once_and_sign_ins_are_throttled() {
 async fn the_core_actions_work_with_javascript_switched_off() {
     let receiver = Receiver::start().await;
     let server = start_server().await;
-    receiver.answer("nojs", 500);
+    receiver.reply_at("/hooks/nojs", Reply::status(500));
     let dst = server
         .destination(
-            &receiver.url("nojs"),
+            &receiver.url("/hooks/nojs"),
             "ping",
             1,
             json!({"preset": "partyflow"}),
         )
         .await;
     server.publish("ping", json!({"n": 1})).await;
-    eventually("the delivery failed", 30, || async {
+    wait_until("the delivery failed", 30, || async {
         server
             .deliveries_of(dst)
             .await
@@ -164,29 +154,11 @@ async fn the_core_actions_work_with_javascript_switched_off() {
     })
     .await;
     let failed = server.deliveries_of(dst).await[0].clone();
-    receiver.answer("nojs", 200);
+    receiver.reply_at("/hooks/nojs", Reply::status(200));
 
     let driver = Driver::start();
     let profile = tempfile::tempdir().unwrap();
-    let caps = json!({
-        "goog:chromeOptions": {
-            "binary": "/usr/bin/chromium",
-            "args": [
-                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--no-first-run", "--disable-background-networking", "--disable-sync",
-                "--window-size=1280,800", "--blink-settings=scriptEnabled=false",
-                format!("--user-data-dir={}", profile.path().display()),
-            ]
-        }
-    });
-    let Value::Object(caps) = caps else {
-        unreachable!()
-    };
-    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(caps)
-        .connect(&format!("http://127.0.0.1:{}", driver.port))
-        .await
-        .unwrap();
+    let c = browser_without_javascript(&driver, profile.path()).await;
 
     // Sign in with a plain form post.
     c.goto(&server.url("/deliveries")).await.unwrap();
@@ -262,7 +234,7 @@ async fn the_core_actions_work_with_javascript_switched_off() {
         .unwrap_or_default()
         .contains("flash="));
     screenshot(&c, "nojs-bulk-result").await;
-    eventually("the new delivery succeeded", 30, || async {
+    wait_until("the new delivery succeeded", 30, || async {
         server
             .deliveries_of(dst)
             .await

@@ -1,52 +1,11 @@
-//! The storage queries added for the console (issue 7), on SQLite and, when the
-//! test command started one (`PARTYFLOW_TEST_POSTGRES_URL`), on PostgreSQL.
+//! The storage queries added for the console (issue 7): counts, the histogram, the
+//! backlog, failing destinations and rate windows, on both backends.
 
 use std::sync::Arc;
 
+use crate::on_both_backends;
 use server::domain::*;
 use server::storage::{DeliveryFilter, NewEvent, Slot, Storage};
-
-async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let storage = server::storage::connect(&format!("sqlite://{}/s.db", dir.path().display()))
-        .await
-        .unwrap();
-    storage.migrate().await.unwrap();
-    (storage, dir)
-}
-
-async fn postgres() -> Option<Arc<dyn Storage>> {
-    let admin_url = std::env::var("PARTYFLOW_TEST_POSTGRES_URL").ok()?;
-    // A fresh database for this test, made with psql (the test suite's PostgreSQL ships it).
-    let name = format!("c_{}", SpaceId::new().to_string().replace("spc_", ""));
-    let psql = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()
-        .and_then(|versions| {
-            versions
-                .flatten()
-                .map(|v| v.path().join("bin/psql"))
-                .find(|p| p.exists())
-        })
-        .unwrap_or_else(|| "psql".into());
-    let made = std::process::Command::new(psql)
-        .args([
-            admin_url.as_str(),
-            "-q",
-            "-c",
-            &format!("CREATE DATABASE {name}"),
-        ])
-        .status();
-    if !matches!(made, Ok(s) if s.success()) {
-        eprintln!("could not create a PostgreSQL database with psql: PostgreSQL half SKIPPED");
-        return None;
-    }
-    let base = admin_url.rsplit_once('/').unwrap().0;
-    let storage = server::storage::connect(&format!("{base}/{name}"))
-        .await
-        .unwrap();
-    storage.migrate().await.unwrap();
-    Some(storage)
-}
 
 async fn exercise(s: Arc<dyn Storage>) {
     let now = server::clock::now_ms();
@@ -175,16 +134,8 @@ async fn exercise(s: Arc<dyn Storage>) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn console_queries_work_on_sqlite() {
-    let (s, _dir) = sqlite().await;
-    exercise(s).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn console_queries_work_on_postgres() {
-    match postgres().await {
-        Some(s) => exercise(s).await,
-        None => eprintln!("PARTYFLOW_TEST_POSTGRES_URL is not set: PostgreSQL half SKIPPED"),
+on_both_backends! {
+    async fn console_queries_work(db) {
+        exercise(db.storage.clone()).await;
     }
 }

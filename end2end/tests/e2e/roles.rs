@@ -2,9 +2,7 @@
 //! test events or user management, and the server refuses those calls even when made
 //! directly over HTTP; a change posted with another site's Origin is refused for everyone.
 
-mod common;
-
-use common::*;
+use end2end::*;
 use fantoccini::Locator;
 use serde_json::json;
 use server::domain::*;
@@ -34,7 +32,7 @@ async fn support_staff_cannot_re_enable_or_manage_users_and_the_server_refuses_i
     let server = start_server().await;
     let dst = server
         .destination(
-            &receiver.url("off"),
+            &receiver.url("/hooks/off"),
             "ping",
             1,
             json!({"preset": "partyflow"}),

@@ -1,0 +1,12 @@
+//! The console in a real headless Chromium (Debian's, driven by chromedriver; no
+//! browser is downloaded), against the real server on a real database: one test
+//! binary, one module per area. The support code is the crate's library
+//! (`end2end/src/`); `./dev test` builds the console's wasm into `site/pkg` first.
+
+mod admin;
+mod deliveries;
+mod first_run;
+mod login;
+mod manage;
+mod notifications;
+mod roles;

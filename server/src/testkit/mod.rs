@@ -1,0 +1,20 @@
+//! The test kit both test suites share (`server/tests/it` and `end2end`), behind the
+//! `testkit` feature so it never ships: a fresh database per test on either backend
+//! ([`fresh_db`]), the real server in this process on a free port ([`spawn_app`]),
+//! a real HTTP receiver whose answers the test steers ([`Receiver`]), and the waiting
+//! helpers ([`eventually`], [`wait_until`]).
+//!
+//! Test code: it panics on anything unexpected, so a failing set-up fails the test.
+
+mod app;
+mod db;
+mod receiver;
+mod wait;
+
+pub use app::{
+    browser_like_client, partyflow_binary, sandbox_settings, site_root, spawn_app,
+    spawn_app_with_config, test_config, wait_until_serving, TestApp,
+};
+pub use db::{fresh_db, Db, TestDb};
+pub use receiver::{Received, Receiver, Reply};
+pub use wait::{eventually, wait_until};
