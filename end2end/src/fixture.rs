@@ -180,7 +180,9 @@ pub async fn incoming_webhook(server: &Server, name: &str) -> IncomingWebhookId 
         space_id: server.space,
         channel_id: channel.id,
         name: name.into(),
-        token_hash: server::auth::hash_token(&server::auth::new_token("pfh")),
+        token_hash: server::ops::credentials::Credential::IncomingWebhookToken
+            .mint()
+            .hash,
         signing_secret: None,
         status: IncomingWebhookStatus::Active,
         consecutive_failures: 0,

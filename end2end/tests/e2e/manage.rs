@@ -397,21 +397,14 @@ async fn api_keys_are_revoked_only_after_a_confirmation_with_and_without_javascr
     c.close().await.unwrap();
 
     // Without JavaScript: the same two steps, through plain HTML.
-    let key = server::auth::new_token("pfk");
-    let record = ApiKey {
-        id: ApiKeyId::new(),
-        space_id: server.space,
-        name: "ci".into(),
-        prefix: key[..12].to_owned(),
-        created_at: server::clock::now_ms(),
-        last_used_at: None,
-        revoked_at: None,
-    };
+    let (record, minted) =
+        server::ops::credentials::new_api_key(server.space, "ci", server::clock::now_ms()).unwrap();
     server
         .storage
-        .create_api_key(&record, &server::auth::hash_token(&key))
+        .create_api_key(&record, &minted.hash)
         .await
         .unwrap();
+    let key = minted.secret;
     assert_eq!(api(key.clone()).await, 200);
     let profile = tempfile::tempdir().unwrap();
     let plain = browser_without_javascript(&driver, profile.path()).await;
