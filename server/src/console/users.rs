@@ -41,7 +41,7 @@ impl UserPort for Backend {
         require_role(actor, Role::Admin)?;
         Ok(self
             .storage
-            .list_users()
+            .list_all_users()
             .await
             .map_err(internal)?
             .iter()

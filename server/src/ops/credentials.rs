@@ -117,7 +117,7 @@ pub async fn revoke_api_key(
     let key_id: ApiKeyId = id.parse().map_err(|_| not_found())?;
     // A space has few keys: its list is read rather than adding a storage method.
     let find = || async {
-        let keys = store.list_api_keys(space_id).await?;
+        let keys = store.list_all_api_keys(space_id).await?;
         keys.into_iter()
             .find(|k| k.id == key_id)
             .ok_or_else(not_found)
@@ -161,7 +161,7 @@ pub async fn find_bot(store: &dyn Storage, space_id: SpaceId, id: &str) -> Resul
     let bot_id: BotId = id.parse().map_err(|_| not_found())?;
     // Storage has no `get_bot`; a space has few bots, so its list is scanned.
     store
-        .list_bots(space_id)
+        .list_all_bots(space_id)
         .await?
         .into_iter()
         .find(|b| b.id == bot_id)

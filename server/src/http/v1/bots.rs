@@ -135,10 +135,7 @@ async fn list(
     let space_id = caller.space(&project)?;
     let q = page::query(q)?;
     let keyset = Keyset::<BotId>::new(space_id, q.limit, q.cursor.as_deref())?;
-    let bots = state
-        .storage
-        .list_bots_page(space_id, keyset.page())
-        .await?;
+    let bots = state.storage.list_bots(space_id, keyset.page()).await?;
     Ok(Json(keyset.answer(bots, |b| b.id, |b| BotView::from(b))))
 }
 
