@@ -49,7 +49,7 @@ async fn an_admin_creates_spaces_keys_hooks_destinations_and_users() {
     screenshot(&c, "spaces").await;
     let space = server
         .storage
-        .list_spaces()
+        .list_all_spaces()
         .await
         .unwrap()
         .into_iter()
@@ -118,7 +118,12 @@ async fn an_admin_creates_spaces_keys_hooks_destinations_and_users() {
     wait_text(&c, "[data-testid=notice]", "Created the API key ci").await;
     screenshot(&c, "space").await;
     assert_eq!(
-        server.storage.list_api_keys(space.id).await.unwrap().len(),
+        server
+            .storage
+            .list_all_api_keys(space.id)
+            .await
+            .unwrap()
+            .len(),
         2
     );
 
@@ -209,7 +214,11 @@ async fn an_admin_creates_spaces_keys_hooks_destinations_and_users() {
     wait_text(&c, "[data-testid=notice]", "Created the destination").await;
     let secret = find(&c, "[data-testid=secret]").await.text().await.unwrap();
     assert!(secret.starts_with("whsec_"), "{secret}");
-    let created = server.storage.list_destinations(space.id).await.unwrap();
+    let created = server
+        .storage
+        .list_all_destinations(space.id)
+        .await
+        .unwrap();
     assert_eq!(created.len(), 1);
     assert_eq!(created[0].max_attempts, 6, "the standard preset");
     assert_eq!(created[0].rate_limit.map(|r| r.count), Some(50));

@@ -251,7 +251,12 @@ async fn support_staff_find_failures_send_them_again_and_cancel() {
     wait_text(&c, "[data-testid=notice]", "Cancelled").await;
     wait_text(&c, ".head-badges", "cancelled").await;
     assert_eq!(
-        server.storage.get_delivery(one.id).await.unwrap().status,
+        server
+            .storage
+            .get_delivery_by_id(one.id)
+            .await
+            .unwrap()
+            .status,
         DeliveryStatus::Cancelled
     );
 

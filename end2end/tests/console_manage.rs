@@ -342,7 +342,11 @@ async fn api_keys_are_revoked_only_after_a_confirmation_with_and_without_javascr
         }
     };
     assert_eq!(api(server.api_key.clone()).await, 200);
-    let keys = server.storage.list_api_keys(server.space).await.unwrap();
+    let keys = server
+        .storage
+        .list_all_api_keys(server.space)
+        .await
+        .unwrap();
     let first = keys[0].id;
 
     let driver = Driver::start();

@@ -152,7 +152,7 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
     assert_eq!(
         server
             .storage
-            .get_incoming_webhook(hook)
+            .get_incoming_webhook_by_id(hook)
             .await
             .unwrap()
             .status,

@@ -173,7 +173,7 @@ async fn support_staff_cannot_re_enable_or_manage_users_and_the_server_refuses_i
     assert_eq!(
         server
             .storage
-            .get_incoming_webhook(hook)
+            .get_incoming_webhook_by_id(hook)
             .await
             .unwrap()
             .status,

@@ -178,7 +178,7 @@ impl Bench {
 
     async fn delete_destinations(&self) {
         let space = self.space.parse().unwrap();
-        for d in self.storage.list_destinations(space).await.unwrap() {
+        for d in self.storage.list_all_destinations(space).await.unwrap() {
             self.storage.delete_destination(space, d.id).await.unwrap();
         }
     }

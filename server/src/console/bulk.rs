@@ -198,7 +198,7 @@ impl Backend {
                 }
                 let mut pairs = Vec::with_capacity(chunk.len());
                 for id in chunk {
-                    match self.storage.get_delivery(*id).await {
+                    match self.storage.get_delivery_by_id(*id).await {
                         Ok(d) => pairs.push((d.id, d.space_id)),
                         Err(crate::storage::StorageError::NotFound) => totals.not_found += 1,
                         Err(e) => return Err(internal(e)),

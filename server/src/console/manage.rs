@@ -109,7 +109,7 @@ impl Backend {
         let id: IncomingWebhookId = parse_id(id, "incoming webhook")?;
         let w = self
             .storage
-            .get_incoming_webhook(id)
+            .get_incoming_webhook_by_id(id)
             .await
             .map_err(|e| storage_error(e, "incoming webhook"))?;
         let status = if active {
@@ -142,7 +142,7 @@ impl Backend {
         let channel_id: ChannelId = parse_id(channel, "channel")?;
         let channel = self
             .storage
-            .get_channel_any_space(channel_id)
+            .get_channel_by_id(channel_id)
             .await
             .map_err(|e| storage_error(e, "channel"))?;
         let name = name(name_, "webhook name", 100)?;
@@ -184,9 +184,9 @@ impl Backend {
             .get_space(id)
             .await
             .map_err(|e| storage_error(e, "space"))?;
-        let channels = self.storage.list_channels(id).await.map_err(internal)?;
-        let bots = self.storage.list_bots(id).await.map_err(internal)?;
-        let keys = self.storage.list_api_keys(id).await.map_err(internal)?;
+        let channels = self.storage.list_all_channels(id).await.map_err(internal)?;
+        let bots = self.storage.list_all_bots(id).await.map_err(internal)?;
+        let keys = self.storage.list_all_api_keys(id).await.map_err(internal)?;
         Ok(SpaceDetail {
             space: views::space(&space),
             channels: channels

@@ -263,7 +263,7 @@ impl ConsoleBackend for Backend {
         require_role(actor, Role::Support)?;
         Ok(self
             .storage
-            .list_spaces()
+            .list_all_spaces()
             .await
             .map_err(internal)?
             .iter()
@@ -484,7 +484,7 @@ impl ConsoleBackend for Backend {
         require_role(actor, Role::Admin)?;
         Ok(self
             .storage
-            .list_users()
+            .list_all_users()
             .await
             .map_err(internal)?
             .iter()

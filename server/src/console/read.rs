@@ -67,7 +67,7 @@ impl Backend {
     pub(super) async fn space_names(&self) -> Result<HashMap<SpaceId, Space>, ConsoleError> {
         Ok(self
             .storage
-            .list_spaces()
+            .list_all_spaces()
             .await
             .map_err(internal)?
             .into_iter()
@@ -84,7 +84,7 @@ impl Backend {
             Some(s) => vec![s],
             None => self
                 .storage
-                .list_spaces()
+                .list_all_spaces()
                 .await
                 .map_err(internal)?
                 .into_iter()
@@ -93,7 +93,12 @@ impl Backend {
         };
         let mut out = Vec::new();
         for s in spaces {
-            out.extend(self.storage.list_destinations(s).await.map_err(internal)?);
+            out.extend(
+                self.storage
+                    .list_all_destinations(s)
+                    .await
+                    .map_err(internal)?,
+            );
         }
         Ok(out)
     }
@@ -198,7 +203,7 @@ impl Backend {
         let id: DeliveryId = parse_id(id, "delivery")?;
         let d = self
             .storage
-            .get_delivery(id)
+            .get_delivery_by_id(id)
             .await
             .map_err(|e| storage_error(e, "delivery"))?;
         let space = self.storage.get_space(d.space_id).await.map_err(internal)?;
@@ -212,7 +217,11 @@ impl Backend {
             .get_event(d.space_id, d.event_id)
             .await
             .map_err(|e| storage_error(e, "event"))?;
-        let attempts = self.storage.list_attempts(d.id).await.map_err(internal)?;
+        let attempts = self
+            .storage
+            .list_all_attempts(d.id)
+            .await
+            .map_err(internal)?;
         Ok(DeliveryDetail {
             row: views::delivery_row(&d, &space.name, &destination.url),
             webhook_id: d.webhook_id(),
@@ -290,11 +299,15 @@ impl Backend {
             channels: Vec::new(),
         };
         for s in spaces.iter().filter(|s| only.is_none_or(|o| o == s.id)) {
-            let channels = self.storage.list_channels(s.id).await.map_err(internal)?;
+            let channels = self
+                .storage
+                .list_all_channels(s.id)
+                .await
+                .map_err(internal)?;
             let rate = self.config.limits.incoming_per_second.for_plan(s.plan);
             for w in self
                 .storage
-                .list_incoming_webhooks(s.id)
+                .list_all_incoming_webhooks(s.id)
                 .await
                 .map_err(internal)?
             {

@@ -292,7 +292,7 @@ async fn authenticate(
     token: &str,
 ) -> Result<IncomingWebhook, ApiError> {
     let id: IncomingWebhookId = webhook_id.parse().map_err(|_| invalid_token())?;
-    let webhook = match state.storage.get_incoming_webhook(id).await {
+    let webhook = match state.storage.get_incoming_webhook_by_id(id).await {
         Ok(w) => w,
         Err(StorageError::NotFound) => return Err(invalid_token()),
         Err(e) => return Err(e.into()),

@@ -316,18 +316,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     // Spaces and API keys.
     async fn create_space(&self, space: &Space) -> Result<()>;
     async fn get_space(&self, id: SpaceId) -> Result<Space>;
-    async fn list_spaces(&self) -> Result<Vec<Space>>;
+    async fn list_all_spaces(&self) -> Result<Vec<Space>>;
     async fn create_api_key(&self, key: &ApiKey, key_hash: &str) -> Result<()>;
     /// The live (not revoked) key with this hash.
-    async fn find_api_key(&self, key_hash: &str) -> Result<ApiKey>;
+    async fn find_api_key_by_hash(&self, key_hash: &str) -> Result<ApiKey>;
     /// Every key of the space, oldest first (the console).
-    async fn list_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>>;
+    async fn list_all_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>>;
     /// A page of the space's keys, newest first (the REST API).
-    async fn list_api_keys_page(
-        &self,
-        space_id: SpaceId,
-        page: Page<ApiKeyId>,
-    ) -> Result<Vec<ApiKey>>;
+    async fn list_api_keys(&self, space_id: SpaceId, page: Page<ApiKeyId>) -> Result<Vec<ApiKey>>;
     async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()>;
 
     // Channels and messages.
@@ -338,13 +334,10 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes a channel with its messages and incoming webhooks.
     async fn delete_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<()>;
     /// Every channel of the space, by name (the console).
-    async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>>;
+    async fn list_all_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>>;
     /// A page of the space's channels, newest first (the REST API).
-    async fn list_channels_page(
-        &self,
-        space_id: SpaceId,
-        page: Page<ChannelId>,
-    ) -> Result<Vec<Channel>>;
+    async fn list_channels(&self, space_id: SpaceId, page: Page<ChannelId>)
+        -> Result<Vec<Channel>>;
     async fn list_messages(
         &self,
         channel_id: ChannelId,
@@ -372,9 +365,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn create_destination(&self, destination: &Destination) -> Result<()>;
     async fn get_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<Destination>;
     /// Every destination of the space, oldest first (the console).
-    async fn list_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>>;
+    async fn list_all_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>>;
     /// A page of the space's destinations, newest first (the REST API).
-    async fn list_destinations_page(
+    async fn list_destinations(
         &self,
         space_id: SpaceId,
         page: Page<DestinationId>,
@@ -542,41 +535,41 @@ pub trait Storage: Send + Sync + std::fmt::Debug + 'static {
     async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId)
         -> Result<()>;
     async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()>;
-    async fn get_channel_any_space(&self, id: ChannelId) -> Result<Channel>;
+    async fn get_channel_by_id(&self, id: ChannelId) -> Result<Channel>;
 
     // Deliveries and attempts.
-    async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery>;
+    async fn get_delivery_by_id(&self, id: DeliveryId) -> Result<Delivery>;
     async fn list_deliveries(
         &self,
         filter: &DeliveryFilter,
         page: Page<DeliveryId>,
     ) -> Result<Vec<Delivery>>;
-    async fn list_attempts(&self, delivery_id: DeliveryId) -> Result<Vec<Attempt>>;
+    async fn list_all_attempts(&self, delivery_id: DeliveryId) -> Result<Vec<Attempt>>;
 
     // Incoming webhooks and bots.
     async fn create_incoming_webhook(&self, webhook: &IncomingWebhook) -> Result<()>;
-    async fn get_incoming_webhook(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
+    async fn get_incoming_webhook_by_id(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
     /// Every incoming webhook of the space, oldest first (the console).
-    async fn list_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>>;
+    async fn list_all_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>>;
     /// A page of the space's incoming webhooks, newest first (the REST API).
-    async fn list_incoming_webhooks_page(
+    async fn list_incoming_webhooks(
         &self,
         space_id: SpaceId,
         page: Page<IncomingWebhookId>,
     ) -> Result<Vec<IncomingWebhook>>;
     async fn create_bot(&self, bot: &Bot) -> Result<()>;
-    async fn find_bot(&self, token_hash: &str) -> Result<Bot>;
+    async fn find_bot_by_token_hash(&self, token_hash: &str) -> Result<Bot>;
     /// Every bot of the space (revoked ones too), oldest first (the console).
-    async fn list_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>>;
+    async fn list_all_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>>;
     /// A page of the space's bots, newest first (the REST API).
-    async fn list_bots_page(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>>;
+    async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>>;
 
     // Console users.
     async fn create_user(&self, user: &User) -> Result<()>;
     async fn get_user(&self, id: UserId) -> Result<User>;
     async fn find_user_by_email(&self, email: &str) -> Result<User>;
     async fn count_users(&self) -> Result<i64>;
-    async fn list_users(&self) -> Result<Vec<User>>;
+    async fn list_all_users(&self) -> Result<Vec<User>>;
 
     // Notifications for admins.
     async fn create_notification(&self, notification: &Notification) -> Result<()>;

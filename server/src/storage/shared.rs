@@ -569,7 +569,7 @@ macro_rules! impl_storage {
                     .try_into()
             }
 
-            async fn list_spaces(&self) -> Result<Vec<Space>> {
+            async fn list_all_spaces(&self) -> Result<Vec<Space>> {
                 let sql = format!("SELECT {} FROM spaces ORDER BY name, id", shared::SPACE);
                 let rows = sqlx::query_as::<_, rows::SpaceRow>(&sql).fetch_all(&self.pool).await?;
                 rows::convert_all(rows)
@@ -592,7 +592,7 @@ macro_rules! impl_storage {
                 Ok(())
             }
 
-            async fn find_api_key(&self, key_hash: &str) -> Result<ApiKey> {
+            async fn find_api_key_by_hash(&self, key_hash: &str) -> Result<ApiKey> {
                 let sql = format!(
                     "SELECT {} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
                     shared::API_KEY
@@ -604,7 +604,7 @@ macro_rules! impl_storage {
                     .try_into()
             }
 
-            async fn list_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>> {
+            async fn list_all_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>> {
                 let sql = format!("SELECT {} FROM api_keys WHERE space_id = $1 ORDER BY id", shared::API_KEY);
                 let rows = sqlx::query_as::<_, rows::ApiKeyRow>(&sql)
                     .bind(space_id.to_string())
@@ -613,7 +613,7 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
-            async fn list_api_keys_page(&self, space_id: SpaceId, page: Page<ApiKeyId>) -> Result<Vec<ApiKey>> {
+            async fn list_api_keys(&self, space_id: SpaceId, page: Page<ApiKeyId>) -> Result<Vec<ApiKey>> {
                 let rows: Vec<rows::ApiKeyRow> =
                     self.keyset_page((shared::API_KEY, "api_keys"), ("space_id", space_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
@@ -673,7 +673,7 @@ macro_rules! impl_storage {
                 .await
             }
 
-            async fn list_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>> {
+            async fn list_all_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>> {
                 let sql = format!("SELECT {} FROM channels WHERE space_id = $1 ORDER BY name", shared::CHANNEL);
                 let rows = sqlx::query_as::<_, rows::ChannelRow>(&sql)
                     .bind(space_id.to_string())
@@ -682,7 +682,7 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
-            async fn list_channels_page(&self, space_id: SpaceId, page: Page<ChannelId>) -> Result<Vec<Channel>> {
+            async fn list_channels(&self, space_id: SpaceId, page: Page<ChannelId>) -> Result<Vec<Channel>> {
                 let rows: Vec<rows::ChannelRow> =
                     self.keyset_page((shared::CHANNEL, "channels"), ("space_id", space_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
@@ -887,7 +887,7 @@ macro_rules! impl_storage {
                     .try_into()
             }
 
-            async fn list_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>> {
+            async fn list_all_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>> {
                 let sql = format!("SELECT {} FROM destinations WHERE space_id = $1 ORDER BY id", shared::DESTINATION);
                 let rows = sqlx::query_as::<_, rows::DestinationRow>(&sql)
                     .bind(space_id.to_string())
@@ -896,7 +896,7 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
-            async fn list_destinations_page(&self, space_id: SpaceId, page: Page<DestinationId>) -> Result<Vec<Destination>> {
+            async fn list_destinations(&self, space_id: SpaceId, page: Page<DestinationId>) -> Result<Vec<Destination>> {
                 let rows: Vec<rows::DestinationRow> =
                     self.keyset_page((shared::DESTINATION, "destinations"), ("space_id", space_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
@@ -1301,7 +1301,7 @@ macro_rules! impl_storage {
                 if done.rows_affected() == 0 {
                     return Err(StorageError::NotFound);
                 }
-                self.get_incoming_webhook(id).await
+                self.get_incoming_webhook_by_id(id).await
             }
 
             async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId) -> Result<()> {
@@ -1323,7 +1323,7 @@ macro_rules! impl_storage {
                 .await
             }
 
-            async fn get_channel_any_space(&self, id: ChannelId) -> Result<Channel> {
+            async fn get_channel_by_id(&self, id: ChannelId) -> Result<Channel> {
                 let sql = format!("SELECT {} FROM channels WHERE id = $1", shared::CHANNEL);
                 sqlx::query_as::<_, rows::ChannelRow>(&sql)
                     .bind(id.to_string())
@@ -1362,7 +1362,7 @@ macro_rules! impl_storage {
                 Ok(())
             }
 
-            async fn get_delivery(&self, id: DeliveryId) -> Result<Delivery> {
+            async fn get_delivery_by_id(&self, id: DeliveryId) -> Result<Delivery> {
                 let sql = format!("SELECT {} FROM deliveries WHERE id = $1", shared::DELIVERY);
                 sqlx::query_as::<_, rows::DeliveryRow>(&sql)
                     .bind(id.to_string())
@@ -1403,7 +1403,7 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
-            async fn list_attempts(&self, delivery_id: DeliveryId) -> Result<Vec<Attempt>> {
+            async fn list_all_attempts(&self, delivery_id: DeliveryId) -> Result<Vec<Attempt>> {
                 let sql = format!(
                     "SELECT {} FROM attempts WHERE delivery_id = $1 ORDER BY started_at, attempt_number",
                     shared::ATTEMPT
@@ -1438,7 +1438,7 @@ macro_rules! impl_storage {
                 Ok(())
             }
 
-            async fn get_incoming_webhook(&self, id: IncomingWebhookId) -> Result<IncomingWebhook> {
+            async fn get_incoming_webhook_by_id(&self, id: IncomingWebhookId) -> Result<IncomingWebhook> {
                 let sql = format!("SELECT {} FROM incoming_webhooks WHERE id = $1", shared::INCOMING_WEBHOOK);
                 sqlx::query_as::<_, rows::IncomingWebhookRow>(&sql)
                     .bind(id.to_string())
@@ -1447,7 +1447,7 @@ macro_rules! impl_storage {
                     .try_into()
             }
 
-            async fn list_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>> {
+            async fn list_all_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>> {
                 let sql = format!(
                     "SELECT {} FROM incoming_webhooks WHERE space_id = $1 ORDER BY id",
                     shared::INCOMING_WEBHOOK
@@ -1459,7 +1459,7 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
-            async fn list_incoming_webhooks_page(
+            async fn list_incoming_webhooks(
                 &self,
                 space_id: SpaceId,
                 page: Page<IncomingWebhookId>,
@@ -1486,7 +1486,7 @@ macro_rules! impl_storage {
                 Ok(())
             }
 
-            async fn find_bot(&self, token_hash: &str) -> Result<Bot> {
+            async fn find_bot_by_token_hash(&self, token_hash: &str) -> Result<Bot> {
                 let sql = format!("SELECT {} FROM bots WHERE token_hash = $1 AND revoked_at IS NULL", shared::BOT);
                 sqlx::query_as::<_, rows::BotRow>(&sql)
                     .bind(token_hash)
@@ -1495,7 +1495,7 @@ macro_rules! impl_storage {
                     .try_into()
             }
 
-            async fn list_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>> {
+            async fn list_all_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>> {
                 let sql = format!("SELECT {} FROM bots WHERE space_id = $1 ORDER BY id", shared::BOT);
                 let rows = sqlx::query_as::<_, rows::BotRow>(&sql)
                     .bind(space_id.to_string())
@@ -1504,7 +1504,7 @@ macro_rules! impl_storage {
                 rows::convert_all(rows)
             }
 
-            async fn list_bots_page(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>> {
+            async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>> {
                 let rows: Vec<rows::BotRow> =
                     self.keyset_page((shared::BOT, "bots"), ("space_id", space_id.to_string()), "", page).await?;
                 rows::convert_all(rows)
@@ -1549,7 +1549,7 @@ macro_rules! impl_storage {
                 Ok(n)
             }
 
-            async fn list_users(&self) -> Result<Vec<User>> {
+            async fn list_all_users(&self) -> Result<Vec<User>> {
                 let sql = format!("SELECT {} FROM users ORDER BY email", shared::USER);
                 let rows = sqlx::query_as::<_, rows::UserRow>(&sql).fetch_all(&self.pool).await?;
                 rows::convert_all(rows)

@@ -57,7 +57,7 @@ fn migrate_then_space_create_prints_an_id_and_a_working_api_key() {
     rt.block_on(async {
         let store = server::storage::connect(&url).await.unwrap();
         let found = store
-            .find_api_key(&server::auth::hash_token(key))
+            .find_api_key_by_hash(&server::auth::hash_token(key))
             .await
             .unwrap();
         assert_eq!(found.space_id.to_string(), id);

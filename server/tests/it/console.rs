@@ -384,7 +384,7 @@ on_both_backends! {
         );
         let active = db
             .storage
-            .list_users()
+            .list_all_users()
             .await
             .unwrap()
             .into_iter()
@@ -394,7 +394,7 @@ on_both_backends! {
         assert_eq!([x.0, y.0].iter().filter(|s| **s == 200).count(), 1, "{x:?} {y:?}");
 
         // The storage rule itself: the last active admin is neither disabled nor deleted.
-        let last = db.storage.list_users().await.unwrap().into_iter().find(|u| u.disabled_at.is_none()).unwrap();
+        let last = db.storage.list_all_users().await.unwrap().into_iter().find(|u| u.disabled_at.is_none()).unwrap();
         let now = server::clock::now_ms();
         assert_eq!(db.storage.set_user_disabled(last.id, Some(now)).await.unwrap(), UserChange::LastAdmin);
         assert_eq!(db.storage.delete_user(last.id).await.unwrap(), UserChange::LastAdmin);

@@ -260,7 +260,7 @@ on_both_backends! {
             .await;
             let (status, class) = behaviour.expected();
             for d in &deliveries {
-                let attempts = db.storage.list_attempts(d.id).await.unwrap();
+                let attempts = db.storage.list_all_attempts(d.id).await.unwrap();
                 assert_eq!(attempts.len(), 1, "{behaviour:?}: {attempts:?}");
                 let a = &attempts[0];
                 assert_eq!((d.status, a.error_class), (status, class), "{behaviour:?}: {:?}", a.error_message);

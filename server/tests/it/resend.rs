@@ -384,7 +384,7 @@ on_both_backends! {
         // Never claimed again, whenever a worker looks; a late worker's record changes nothing.
         let later = now + 30 * 24 * 3600 * 1000;
         assert!(app.storage.claim_due(later, 10, 60_000).await.unwrap().is_empty());
-        let cancelled = app.storage.get_delivery(pending[0].parse().unwrap()).await.unwrap();
+        let cancelled = app.storage.get_delivery_by_id(pending[0].parse().unwrap()).await.unwrap();
         let attempt = server::domain::Attempt {
             id: server::domain::AttemptId::new(),
             delivery_id: cancelled.id,

@@ -65,7 +65,7 @@ on_both_backends! {
         let store = db.storage.as_ref();
         let s = space(store, Plan::Pro).await;
         assert_eq!(store.get_space(s.id).await.unwrap(), s);
-        assert_eq!(store.list_spaces().await.unwrap(), vec![s.clone()]);
+        assert_eq!(store.list_all_spaces().await.unwrap(), vec![s.clone()]);
 
         let key = ApiKey {
             id: ApiKeyId::new(),
@@ -77,11 +77,11 @@ on_both_backends! {
             revoked_at: None,
         };
         store.create_api_key(&key, "hash-1").await.unwrap();
-        assert_eq!(store.find_api_key("hash-1").await.unwrap(), key);
-        assert!(matches!(store.find_api_key("hash-2").await, Err(StorageError::NotFound)));
+        assert_eq!(store.find_api_key_by_hash("hash-1").await.unwrap(), key);
+        assert!(matches!(store.find_api_key_by_hash("hash-2").await, Err(StorageError::NotFound)));
         store.revoke_api_key(s.id, key.id, NOW + 1).await.unwrap();
-        assert!(matches!(store.find_api_key("hash-1").await, Err(StorageError::NotFound)));
-        assert_eq!(store.list_api_keys(s.id).await.unwrap()[0].revoked_at, Some(NOW + 1));
+        assert!(matches!(store.find_api_key_by_hash("hash-1").await, Err(StorageError::NotFound)));
+        assert_eq!(store.list_all_api_keys(s.id).await.unwrap()[0].revoked_at, Some(NOW + 1));
         // Revoking twice, or from another space, finds nothing.
         assert!(matches!(store.revoke_api_key(s.id, key.id, NOW).await, Err(StorageError::NotFound)));
         assert!(matches!(store.get_space(SpaceId::new()).await, Err(StorageError::NotFound)));
@@ -101,7 +101,7 @@ on_both_backends! {
         assert_eq!(store.get_channel(a.id, first.id).await.unwrap(), first);
         // A channel is not visible through another space.
         assert!(matches!(store.get_channel(b.id, first.id).await, Err(StorageError::NotFound)));
-        assert_eq!(store.list_channels(a.id).await.unwrap().len(), 1);
+        assert_eq!(store.list_all_channels(a.id).await.unwrap().len(), 1);
     }
 }
 
@@ -249,8 +249,8 @@ on_both_backends! {
         let other = space(store, Plan::Free).await;
         let theirs = DeliveryFilter { space_id: Some(other.id), ..Default::default() };
         assert!(store.list_deliveries(&theirs, Page::first(100)).await.unwrap().is_empty());
-        assert!(store.list_attempts(everything[0].id).await.unwrap().is_empty());
-        assert_eq!(store.get_delivery(everything[0].id).await.unwrap(), everything[0]);
+        assert!(store.list_all_attempts(everything[0].id).await.unwrap().is_empty());
+        assert_eq!(store.get_delivery_by_id(everything[0].id).await.unwrap(), everything[0]);
     }
 }
 
@@ -272,7 +272,7 @@ on_both_backends! {
         let twin = User { id: UserId::new(), ..user.clone() };
         assert!(matches!(store.create_user(&twin).await, Err(StorageError::Conflict(_))));
         assert_eq!(store.count_users().await.unwrap(), 1);
-        assert_eq!(store.list_users().await.unwrap(), vec![user]);
+        assert_eq!(store.list_all_users().await.unwrap(), vec![user]);
     }
 }
 
@@ -328,14 +328,14 @@ on_both_backends! {
             disabled_at: None,
         };
         store.create_incoming_webhook(&hook).await.unwrap();
-        assert_eq!(store.get_incoming_webhook(hook.id).await.unwrap(), hook);
-        assert_eq!(store.list_incoming_webhooks(s.id).await.unwrap(), vec![hook]);
+        assert_eq!(store.get_incoming_webhook_by_id(hook.id).await.unwrap(), hook);
+        assert_eq!(store.list_all_incoming_webhooks(s.id).await.unwrap(), vec![hook]);
 
         let bot = Bot { id: BotId::new(), space_id: s.id, name: "deploy-bot".into(), token_hash: "bh".into(), created_at: NOW, revoked_at: None };
         store.create_bot(&bot).await.unwrap();
-        assert_eq!(store.find_bot("bh").await.unwrap(), bot);
-        assert!(matches!(store.find_bot("nope").await, Err(StorageError::NotFound)));
-        assert_eq!(store.list_bots(s.id).await.unwrap().len(), 1);
+        assert_eq!(store.find_bot_by_token_hash("bh").await.unwrap(), bot);
+        assert!(matches!(store.find_bot_by_token_hash("nope").await, Err(StorageError::NotFound)));
+        assert_eq!(store.list_all_bots(s.id).await.unwrap().len(), 1);
         assert!(store.list_messages(channel.id, Page::first(10)).await.unwrap().is_empty());
     }
 }

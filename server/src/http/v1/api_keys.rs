@@ -144,10 +144,7 @@ async fn list(
     let space_id = caller.space(&project)?;
     let q = page::query(q)?;
     let keyset = Keyset::<ApiKeyId>::new(space_id, q.limit, q.cursor.as_deref())?;
-    let keys = state
-        .storage
-        .list_api_keys_page(space_id, keyset.page())
-        .await?;
+    let keys = state.storage.list_api_keys(space_id, keyset.page()).await?;
     Ok(Json(keyset.answer(keys, |k| k.id, |k| ApiKeyView::from(k))))
 }
 

@@ -68,7 +68,11 @@ impl FromRequestParts<AppState> for BotCaller {
             .map(|(_, token)| token.trim())
             .filter(|t| !t.is_empty())
             .ok_or_else(|| InvalidBotToken.into_response())?;
-        match state.storage.find_bot(&auth::hash_token(token)).await {
+        match state
+            .storage
+            .find_bot_by_token_hash(&auth::hash_token(token))
+            .await
+        {
             Ok(bot) => Ok(BotCaller(bot)),
             Err(StorageError::NotFound) => Err(InvalidBotToken.into_response()),
             Err(e) => Err(ApiError::from(e).into_response()),

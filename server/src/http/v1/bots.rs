@@ -128,7 +128,7 @@ async fn find(state: &AppState, caller: &Caller, project: &str, id: &str) -> Res
     // Storage has no `get_bot`; a space has few bots, so its list is scanned.
     state
         .storage
-        .list_bots(space_id)
+        .list_all_bots(space_id)
         .await?
         .into_iter()
         .find(|b| b.id == bot_id)
@@ -159,10 +159,7 @@ async fn list(
     let space_id = caller.space(&project)?;
     let q = page::query(q)?;
     let keyset = Keyset::<BotId>::new(space_id, q.limit, q.cursor.as_deref())?;
-    let bots = state
-        .storage
-        .list_bots_page(space_id, keyset.page())
-        .await?;
+    let bots = state.storage.list_bots(space_id, keyset.page()).await?;
     Ok(Json(keyset.answer(bots, |b| b.id, |b| BotView::from(b))))
 }
 

@@ -417,10 +417,7 @@ async fn list(
     let space_id = caller.space(&project)?;
     let q = page::query(q)?;
     let keyset = Keyset::<ChannelId>::new(space_id, q.limit, q.cursor.as_deref())?;
-    let channels = state
-        .storage
-        .list_channels_page(space_id, keyset.page())
-        .await?;
+    let channels = state.storage.list_channels(space_id, keyset.page()).await?;
     Ok(Json(keyset.answer(
         channels,
         |c| c.id,

@@ -182,7 +182,7 @@ async fn resend_one(
     match outcome.first().map(|(_, o)| *o) {
         Some(BulkOutcome::Resent(new)) => {
             state.engine.wake();
-            let copy = state.storage.get_delivery(new).await?;
+            let copy = state.storage.get_delivery_by_id(new).await?;
             Ok((StatusCode::ACCEPTED, Json(DeliveryView::from(&copy))))
         }
         Some(BulkOutcome::DestinationInactive) => Err(ApiError::Conflict {
@@ -371,7 +371,7 @@ async fn cancel_one(
         .await?;
     match outcome.first().map(|(_, o)| *o) {
         Some(BulkOutcome::Cancelled) => Ok(Json(DeliveryView::from(
-            &state.storage.get_delivery(d.id).await?,
+            &state.storage.get_delivery_by_id(d.id).await?,
         ))),
         Some(BulkOutcome::WrongStatus(s)) => Err(ApiError::Conflict {
             code: "delivery_not_waiting",
@@ -561,7 +561,7 @@ pub async fn find(
     let space_id = caller.space(project)?;
     let not_found = || ApiError::NotFound(format!("no delivery {id:?}"));
     let id: DeliveryId = id.parse().map_err(|_| not_found())?;
-    match state.storage.get_delivery(id).await {
+    match state.storage.get_delivery_by_id(id).await {
         Ok(d) if d.space_id == space_id => Ok(d),
         Ok(_) | Err(StorageError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),
@@ -588,7 +588,7 @@ async fn read(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<Json<DeliveryView>, ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
-    let attempts = state.storage.list_attempts(d.id).await?;
+    let attempts = state.storage.list_all_attempts(d.id).await?;
     let mut v = DeliveryView::from(&d);
     v.attempts = Some(attempts.iter().map(AttemptView::from).collect());
     Ok(Json(v))
@@ -614,7 +614,7 @@ async fn attempts(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<Json<PageOf<AttemptView>>, ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
-    let attempts = state.storage.list_attempts(d.id).await?;
+    let attempts = state.storage.list_all_attempts(d.id).await?;
     Ok(Json(PageOf {
         data: attempts.iter().map(AttemptView::from).collect(),
         next_cursor: None,

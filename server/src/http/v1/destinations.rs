@@ -233,7 +233,7 @@ async fn list(
     let keyset = Keyset::<DestinationId>::new(space_id, q.limit, q.cursor.as_deref())?;
     let rows = state
         .storage
-        .list_destinations_page(space_id, keyset.page())
+        .list_destinations(space_id, keyset.page())
         .await?;
     Ok(Json(keyset.answer(rows, |d| d.id, view)))
 }

@@ -46,7 +46,11 @@ impl FromRequestParts<AppState> for Caller {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::Unauthorized)?;
-        match state.storage.find_api_key(&auth::hash_token(token)).await {
+        match state
+            .storage
+            .find_api_key_by_hash(&auth::hash_token(token))
+            .await
+        {
             Ok(key) => Ok(Caller {
                 space_id: key.space_id,
                 key,

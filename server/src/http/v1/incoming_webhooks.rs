@@ -249,7 +249,7 @@ async fn find(
     let space_id = caller.space(project)?;
     let not_found = || ApiError::NotFound(format!("no incoming webhook {id:?}"));
     let webhook_id: IncomingWebhookId = id.parse().map_err(|_| not_found())?;
-    match state.storage.get_incoming_webhook(webhook_id).await {
+    match state.storage.get_incoming_webhook_by_id(webhook_id).await {
         Ok(w) if w.space_id == space_id => Ok(w),
         Ok(_) | Err(StorageError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),
@@ -283,7 +283,7 @@ async fn list(
     let rate = rate_of(&state, space_id).await?;
     let hooks = state
         .storage
-        .list_incoming_webhooks_page(space_id, keyset.page())
+        .list_incoming_webhooks(space_id, keyset.page())
         .await?;
     Ok(Json(keyset.answer(hooks, |w| w.id, |w| view(w, rate))))
 }
