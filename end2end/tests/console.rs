@@ -108,7 +108,7 @@ async fn start_server() -> Server {
     );
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/e2e.db", dir.path().display());
-    let storage = server::storage::connect(&url).await.unwrap();
+    let storage = server::storage::testing::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
     server::admin::create_user(storage.as_ref(), "admin@example.com", PASSWORD, Role::Admin)
         .await

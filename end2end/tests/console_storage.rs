@@ -6,16 +6,17 @@ use std::sync::Arc;
 use server::domain::*;
 use server::storage::{DeliveryFilter, NewEvent, Slot, Storage};
 
-async fn sqlite() -> (Arc<dyn Storage>, tempfile::TempDir) {
+async fn sqlite() -> (Arc<dyn TestStorage>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let storage = server::storage::connect(&format!("sqlite://{}/s.db", dir.path().display()))
-        .await
-        .unwrap();
+    let storage =
+        server::storage::testing::connect(&format!("sqlite://{}/s.db", dir.path().display()))
+            .await
+            .unwrap();
     storage.migrate().await.unwrap();
     (storage, dir)
 }
 
-async fn postgres() -> Option<Arc<dyn Storage>> {
+async fn postgres() -> Option<Arc<dyn TestStorage>> {
     let admin_url = std::env::var("PARTYFLOW_TEST_POSTGRES_URL").ok()?;
     // A fresh database for this test, made with psql (the test suite's PostgreSQL ships it).
     let name = format!("c_{}", SpaceId::new().to_string().replace("spc_", ""));
@@ -41,14 +42,14 @@ async fn postgres() -> Option<Arc<dyn Storage>> {
         return None;
     }
     let base = admin_url.rsplit_once('/').unwrap().0;
-    let storage = server::storage::connect(&format!("{base}/{name}"))
+    let storage = server::storage::testing::connect(&format!("{base}/{name}"))
         .await
         .unwrap();
     storage.migrate().await.unwrap();
     Some(storage)
 }
 
-async fn exercise(s: Arc<dyn Storage>) {
+async fn exercise(s: Arc<dyn TestStorage>) {
     let now = server::clock::now_ms();
     let space = server::admin::create_space(s.as_ref(), "Stats", Plan::Free)
         .await

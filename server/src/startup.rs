@@ -47,8 +47,8 @@ impl axum::extract::FromRef<AppState> for LeptosOptions {
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     // A wrong public URL stops the start before anything else happens.
     config.resolve_public_url(config.listen)?;
-    let storage = storage::connect(&config.database_url).await?;
-    storage.migrate().await.context("applying migrations")?;
+    let db = storage::connect(&config.database_url).await?;
+    db.storage.migrate().await.context("applying migrations")?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -61,19 +61,20 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             shutdown.cancel();
         }
     });
-    run(config, storage, listener, shutdown).await
+    run(config, db, listener, shutdown).await
 }
 
 /// Serves on `listener` until `shutdown` is cancelled, then finishes in-flight requests.
 pub async fn run(
     config: Config,
-    storage: Arc<dyn Storage>,
+    db: storage::Connected,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let public_url = config.resolve_public_url(addr)?;
-    let sessions = AnyStore::for_storage(storage.clone())
+    let storage = db.storage;
+    let sessions = AnyStore::new(db.sessions, storage.clone())
         .await
         .context("creating the session store")?;
     let cleanup = tokio::spawn(

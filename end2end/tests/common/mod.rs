@@ -16,7 +16,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use server::config::{Config, DispatchConfig, LimitsConfig};
 use server::domain::*;
-use server::storage::Storage;
+use server::storage::TestStorage;
 use tokio_util::sync::CancellationToken;
 
 pub const PASSWORD: &str = "correct horse battery";
@@ -215,7 +215,7 @@ impl Receiver {
 pub struct Server {
     pub addr: SocketAddr,
     pub base: String,
-    pub storage: Arc<dyn Storage>,
+    pub storage: Arc<dyn TestStorage>,
     pub space: SpaceId,
     pub api_key: String,
     shutdown: CancellationToken,
@@ -264,7 +264,7 @@ async fn start(with_users: bool, tweak: impl FnOnce(&mut Config)) -> Server {
     );
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}/e2e.db", dir.path().display());
-    let storage = server::storage::connect(&url).await.unwrap();
+    let storage = server::storage::testing::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
     if with_users {
         server::admin::create_user(storage.as_ref(), ADMIN, PASSWORD, Role::Admin)
@@ -304,7 +304,7 @@ async fn start(with_users: bool, tweak: impl FnOnce(&mut Config)) -> Server {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(server::startup::run(
         config,
-        storage.clone(),
+        storage.clone().into(),
         listener,
         shutdown.clone(),
     ));

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use server::config::Config;
-use server::storage::{self, Storage};
+use server::storage::{self, TestStorage};
 use tokio_util::sync::CancellationToken;
 
 /// Which database a test runs on.
@@ -18,7 +18,7 @@ pub enum Db {
 /// A fresh, migrated database; the guard keeps its files alive.
 pub struct TestDb {
     pub url: String,
-    pub storage: Arc<dyn Storage>,
+    pub storage: Arc<dyn TestStorage>,
     pub _dir: Option<tempfile::TempDir>,
 }
 
@@ -51,7 +51,7 @@ pub async fn fresh_db(db: Db) -> Option<TestDb> {
             (format!("{base}/{name}"), None)
         }
     };
-    let storage = storage::connect(&url).await.unwrap();
+    let storage = storage::testing::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
     Some(TestDb {
         url,
@@ -90,7 +90,7 @@ macro_rules! on_both_backends {
 pub struct TestApp {
     pub addr: SocketAddr,
     pub db_url: String,
-    pub storage: Arc<dyn Storage>,
+    pub storage: Arc<dyn TestStorage>,
     /// Set by [`TestApp::with_space`].
     pub api_key: Option<String>,
     pub space: Option<String>,
@@ -241,7 +241,7 @@ pub async fn spawn_app_with_config(db: &TestDb, config: Config) -> TestApp {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(server::startup::run(
         config,
-        storage.clone(),
+        storage.clone().into(),
         listener,
         shutdown.clone(),
     ));

@@ -147,7 +147,7 @@ async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
     let Some(db) = crate::helpers::fresh_db(crate::helpers::Db::Postgres).await else {
         return;
     };
-    let second_storage = server::storage::connect(&db.url).await.unwrap();
+    let second_storage = server::storage::testing::connect(&db.url).await.unwrap();
     let db2 = crate::helpers::TestDb {
         url: db.url.clone(),
         storage: second_storage,
