@@ -74,7 +74,7 @@ impl Default for Settings {
 
 /// Destinations known to have deliveries due now: a publish just fanned out to them,
 /// or an attempt to them just ended (a slot freed). The engine claims for these by
-/// name ([`Storage::claim_for`]), which costs the same whatever else waits in the queue;
+/// name ([`DispatchQueue::claim_for`](crate::storage::DispatchQueue::claim_for)), which costs the same whatever else waits in the queue;
 /// the full, time-ordered scan runs only when woken without names, on a timer, and
 /// when the next delivery falls due.
 #[derive(Default)]

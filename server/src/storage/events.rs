@@ -26,9 +26,12 @@ type Subscribers = (Vec<DestinationId>, Vec<DestinationId>);
 /// event reads of the REST API.
 #[async_trait]
 pub trait EventStore: Send + Sync + std::fmt::Debug {
-    /// [`Storage::publish_event`] for several events in one transaction (one commit, one
-    /// fsync): each event in its own savepoint, so one that fails leaves the others
-    /// written. The outer error is for the commit; the inner ones are per event.
+    /// Writes each event and one delivery per active destination of its space that
+    /// subscribes to its type, counting the inactive ones it skipped; with an idempotency
+    /// key seen before, writes nothing for that event and returns the first answer. All
+    /// in one transaction (one commit, one fsync), each event in its own savepoint, so one
+    /// that fails leaves the others written. The outer error is for the commit; the inner
+    /// ones are per event.
     async fn publish_events(
         &self,
         batch: &[NewEvent],

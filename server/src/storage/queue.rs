@@ -62,7 +62,7 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>>;
-    /// [`Storage::claim`] for the named destinations only: each one's earliest due
+    /// [`DispatchQueue::claim`] for the named destinations only: each one's earliest due
     /// deliveries, up to its free in-flight slots, without looking at the rest of the
     /// queue. The engine calls it for destinations it knows have work (a publish just
     /// fanned out to them, an attempt to them just ended); its cost does not grow with

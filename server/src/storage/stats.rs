@@ -34,7 +34,7 @@ pub trait ConsoleStats: Send + Sync + std::fmt::Debug {
     async fn failing_destinations(&self, limit: i64) -> Result<Vec<Destination>>;
     /// Failed deliveries of a destination not resent yet (what "Send again all failed" would pick).
     async fn count_failed_unresent(&self, destination_id: DestinationId) -> Result<i64>;
-    /// Events recorded by [`Storage::take_rate_slot`] under `key` within the window, without taking one.
+    /// Events recorded by [`DispatchQueue::take_rate_slot`](super::DispatchQueue::take_rate_slot) under `key` within the window, without taking one.
     async fn count_rate_events(&self, key: &str, window_ms: i64, now: UnixMs) -> Result<i64>;
 }
 

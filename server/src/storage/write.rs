@@ -76,12 +76,6 @@ impl<DB: Database> Writes<DB> {
         };
         Writer::acquire(gate, pool, self.begin).await
     }
-
-    /// Closes the write pools (the read pool is closed by its owner).
-    pub async fn close(&self) {
-        self.full.close().await;
-        self.engine.close().await;
-    }
 }
 
 /// A connection taken for one write transaction, with the write gate (SQLite) held for
