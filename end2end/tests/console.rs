@@ -124,7 +124,7 @@ async fn start_server() -> Server {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(server::startup::run(
         config,
-        storage,
+        storage.into(),
         listener,
         shutdown.clone(),
     ));

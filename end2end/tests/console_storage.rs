@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use server::domain::*;
-use server::storage::{DeliveryFilter, NewEvent, Slot, Storage};
+use server::storage::{DeliveryFilter, NewEvent, Slot, TestStorage};
 
 async fn sqlite() -> (Arc<dyn TestStorage>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
