@@ -119,8 +119,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => startup::serve(config).await,
         Command::Migrate => {
-            let store = storage::connect(&config.database_url).await?;
-            store.migrate().await.context("applying migrations")?;
+            let db = storage::connect(&config.database_url).await?;
+            db.storage.migrate().await.context("applying migrations")?;
             eprintln!("migrations applied");
             Ok(())
         }
@@ -174,7 +174,7 @@ async fn bootstrap(store: &dyn storage::Storage, email: &str) -> anyhow::Result<
 }
 
 async fn open(config: &Config) -> anyhow::Result<std::sync::Arc<dyn storage::Storage>> {
-    let store = storage::connect(&config.database_url).await?;
+    let store = storage::connect(&config.database_url).await?.storage;
     store.migrate().await.context("applying migrations")?;
     Ok(store)
 }

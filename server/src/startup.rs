@@ -18,14 +18,14 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 use crate::config::Config;
 use crate::console::{self, sessions::AnyStore};
 use crate::http::{self, AppState};
-use crate::storage::{self, Storage};
+use crate::storage;
 
 /// Connects, migrates and serves until SIGTERM or SIGINT.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     // A wrong public URL stops the start before anything else happens.
     config.resolve_public_url(config.listen)?;
-    let storage = storage::connect(&config.database_url).await?;
-    storage.migrate().await.context("applying migrations")?;
+    let db = storage::connect(&config.database_url).await?;
+    db.storage.migrate().await.context("applying migrations")?;
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
@@ -38,19 +38,20 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             shutdown.cancel();
         }
     });
-    run(config, storage, listener, shutdown).await
+    run(config, db, listener, shutdown).await
 }
 
 /// Serves on `listener` until `shutdown` is cancelled, then finishes in-flight requests.
 pub async fn run(
     config: Config,
-    storage: Arc<dyn Storage>,
+    db: storage::Connected,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let public_url = config.resolve_public_url(addr)?;
-    let sessions = AnyStore::for_storage(storage.clone())
+    let storage = db.storage;
+    let sessions = AnyStore::new(db.sessions, storage.clone())
         .await
         .context("creating the session store")?;
     let cleanup = tokio::spawn(

@@ -16,7 +16,7 @@ use clap::Parser;
 use serde_json::json;
 use server::config::Config;
 use server::domain::Plan;
-use server::storage::Storage;
+use server::storage::{RawPool, TestStorage};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -150,7 +150,7 @@ struct Bench {
     base: String,
     key: String,
     space: String,
-    storage: Arc<dyn Storage>,
+    storage: Arc<dyn TestStorage>,
     client: reqwest::Client,
     receiver: SocketAddr,
     arrivals: Arrivals,
@@ -404,7 +404,7 @@ async fn bench() -> anyhow::Result<()> {
             )
         }
     };
-    let storage = server::storage::connect(&url).await?;
+    let storage = server::storage::testing::connect(&url).await?;
     storage.migrate().await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -420,7 +420,7 @@ async fn bench() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(server::startup::run(
         config,
-        storage.clone(),
+        storage.clone().into(),
         listener,
         shutdown.clone(),
     ));
@@ -629,11 +629,8 @@ async fn bench() -> anyhow::Result<()> {
         }
         // What autovacuum does on PostgreSQL within a minute of a bulk change: fresh
         // statistics, so the planner knows the destinations table is no longer empty.
-        if let Some(s) = storage
-            .as_any()
-            .downcast_ref::<server::storage::postgres::PostgresStorage>()
-        {
-            sqlx::query("ANALYZE").execute(s.pool()).await?;
+        if let RawPool::Postgres(pool) = storage.raw_pool() {
+            sqlx::query("ANALYZE").execute(&pool).await?;
         }
         let types: Vec<String> = (0..10_000).map(|i| format!("wide.{i}")).collect();
         let (wall, lat, _) = bench.flood(args.events, args.publishers, &types).await;
@@ -713,13 +710,13 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
         .publish_event(&event, server::clock::now_ms())
         .await?;
     let later = server::clock::now_ms() + 3_600_000;
-    let any = bench.storage.as_any();
+    let pool = bench.storage.raw_pool();
     let sql = "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, attempts, \
                next_attempt_at, last_error_class, last_status_code, created_at, updated_at) ";
     for chunk_start in (0..n).step_by(2000) {
         let rows = (chunk_start..(chunk_start + 2000).min(n))
             .map(|_| server::domain::DeliveryId::new().to_string());
-        if let Some(s) = any.downcast_ref::<server::storage::sqlite::SqliteStorage>() {
+        if let RawPool::Sqlite(pool) = &pool {
             let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql);
             q.push_values(rows, |mut b, id| {
                 b.push_bind(id)
@@ -735,8 +732,8 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
                     .push_bind(later - 3_600_000)
                     .push_bind(later - 3_600_000);
             });
-            q.build().execute(s.pool()).await?;
-        } else if let Some(s) = any.downcast_ref::<server::storage::postgres::PostgresStorage>() {
+            q.build().execute(pool).await?;
+        } else if let RawPool::Postgres(pool) = &pool {
             let mut q = sqlx::QueryBuilder::<sqlx::Postgres>::new(sql);
             q.push_values(rows, |mut b, id| {
                 b.push_bind(id)
@@ -752,7 +749,7 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
                     .push_bind(later - 3_600_000)
                     .push_bind(later - 3_600_000);
             });
-            q.build().execute(s.pool()).await?;
+            q.build().execute(pool).await?;
         }
     }
     Ok(())

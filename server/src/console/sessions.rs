@@ -16,7 +16,7 @@ use tower_sessions_sqlx_store::{PostgresStore, SqliteStore};
 
 use crate::clock::now_ms;
 use crate::domain::UserId;
-use crate::storage::{postgres::PostgresStorage, sqlite::SqliteStorage, Storage};
+use crate::storage::{RawPool, UserStore};
 
 /// The tower-sessions store for whichever backend is in use.
 #[derive(Debug, Clone)]
@@ -30,7 +30,7 @@ enum Inner {
 #[derive(Debug, Clone)]
 pub struct AnyStore {
     inner: Inner,
-    storage: Arc<dyn Storage>,
+    storage: Arc<dyn UserStore>,
 }
 
 fn store_error(e: impl std::fmt::Display) -> session_store::Error {
@@ -38,15 +38,12 @@ fn store_error(e: impl std::fmt::Display) -> session_store::Error {
 }
 
 impl AnyStore {
-    /// Opens a session store on the pool of the storage and creates its table.
-    pub async fn for_storage(storage: Arc<dyn Storage>) -> anyhow::Result<Self> {
-        let any = storage.as_any();
-        let inner = if let Some(s) = any.downcast_ref::<SqliteStorage>() {
-            Inner::Sqlite(SqliteStore::new(s.pool().clone()))
-        } else if let Some(s) = any.downcast_ref::<PostgresStorage>() {
-            Inner::Postgres(PostgresStore::new(s.pool().clone()))
-        } else {
-            anyhow::bail!("no session store for the {:?} backend", storage.backend());
+    /// Opens a session store on `pool` (the storage's own, from [`crate::storage::connect`])
+    /// and creates its table; `storage` keeps the index of sessions per user.
+    pub async fn new(pool: RawPool, storage: Arc<dyn UserStore>) -> anyhow::Result<Self> {
+        let inner = match pool {
+            RawPool::Sqlite(pool) => Inner::Sqlite(SqliteStore::new(pool)),
+            RawPool::Postgres(pool) => Inner::Postgres(PostgresStore::new(pool)),
         };
         match &inner {
             Inner::Sqlite(s) => s.migrate().await?,
@@ -75,7 +72,7 @@ impl AnyStore {
         Ok(ids.len())
     }
 
-    /// Ends the sessions with these IDs (from [`Storage::user_sessions`]).
+    /// Ends the sessions with these IDs (from [`UserStore::user_sessions`]).
     pub async fn end_sessions(&self, ids: &[String]) -> session_store::Result<()> {
         for id in ids {
             // A malformed ID cannot name a session; forget the index row alone.

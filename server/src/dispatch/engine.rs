@@ -22,7 +22,7 @@ use crate::sandbox::Sandbox;
 use std::sync::atomic::Ordering;
 
 use crate::storage::{
-    ClaimLimits, FinishedAttempt, NextStep, RateScope, Slot, Storage, StorageError,
+    ClaimLimits, DispatchQueue, FinishedAttempt, NextStep, RateScope, Slot, StorageError,
 };
 
 /// The most of a response body read and kept in the attempt log: reading stops there
@@ -74,7 +74,7 @@ impl Default for Settings {
 
 /// Destinations known to have deliveries due now: a publish just fanned out to them,
 /// or an attempt to them just ended (a slot freed). The engine claims for these by
-/// name ([`Storage::claim_for`]), which costs the same whatever else waits in the queue;
+/// name ([`DispatchQueue::claim_for`](crate::storage::DispatchQueue::claim_for)), which costs the same whatever else waits in the queue;
 /// the full, time-ordered scan runs only when woken without names, on a timer, and
 /// when the next delivery falls due.
 #[derive(Default)]
@@ -137,7 +137,7 @@ impl EngineHandle {
 }
 
 pub struct Engine {
-    storage: Arc<dyn Storage>,
+    storage: Arc<dyn DispatchQueue>,
     client: reqwest::Client,
     network: Arc<ssrf::NetworkPolicy>,
     handle: EngineHandle,
@@ -168,7 +168,7 @@ const RATE_MARGIN_MS: i64 = 25;
 
 impl Engine {
     pub fn new(
-        storage: Arc<dyn Storage>,
+        storage: Arc<dyn DispatchQueue>,
         network: ssrf::NetworkPolicy,
         sandbox: Sandbox,
         settings: Settings,
@@ -468,11 +468,7 @@ impl Engine {
         d: &Delivery,
         cut_short: &CancellationToken,
     ) -> Result<(), StorageError> {
-        let destination = match self
-            .storage
-            .get_destination(d.space_id, d.destination_id)
-            .await
-        {
+        let destination = match self.storage.destination_of(d).await {
             Ok(dst) => dst,
             Err(StorageError::NotFound) => return Ok(()), // deleted with its deliveries
             Err(e) => return Err(e),
@@ -480,7 +476,7 @@ impl Engine {
         if destination.status == DestinationStatus::Inactive {
             return self.storage.release_claim(d.id, true, now_ms()).await;
         }
-        let event = self.storage.get_event(d.space_id, d.event_id).await?;
+        let event = self.storage.event_of(d).await?;
         let policy = RetryPolicy::parse(Some(&destination.retry_policy), Some(destination.max_attempts))
             .unwrap_or_else(|e| {
                 tracing::error!(destination.id = %destination.id, error = %e, "stored retry policy is invalid; using the default");
@@ -627,7 +623,7 @@ impl Engine {
                 return Ok(*plan);
             }
         }
-        let plan = self.storage.get_space(space_id).await?.plan;
+        let plan = self.storage.plan_of(space_id).await?;
         self.plans
             .lock()
             .unwrap_or_else(|p| p.into_inner())

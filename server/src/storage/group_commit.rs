@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{NewEvent, Published, Result, Storage, StorageError};
+use super::{EventStore, NewEvent, Published, Result, StorageError};
 use crate::clock::now_ms;
 
 /// The most events written in one transaction.
@@ -26,7 +26,7 @@ pub struct Publisher {
 
 impl Publisher {
     /// Starts the task that writes queued publishes to `storage`.
-    pub fn start(storage: Arc<dyn Storage>) -> Self {
+    pub fn start(storage: Arc<dyn EventStore>) -> Self {
         let (queue, requests) = mpsc::channel(4 * MAX_GROUP);
         tokio::spawn(write_groups(storage, requests));
         Self { queue }
@@ -52,13 +52,12 @@ fn for_each_of_group(e: &StorageError) -> StorageError {
         StorageError::NotFound => StorageError::NotFound,
         StorageError::Conflict(why) => StorageError::Conflict(why.clone()),
         StorageError::Corrupt(why) => StorageError::Corrupt(why.clone()),
-        StorageError::Other(e) => StorageError::Other(sqlx::Error::Protocol(format!(
-            "the group commit failed: {e}"
-        ))),
+        StorageError::Internal(why) => StorageError::Internal(why.clone()),
+        StorageError::Other(e) => StorageError::Internal(format!("the group commit failed: {e}")),
     }
 }
 
-async fn write_groups(storage: Arc<dyn Storage>, mut requests: mpsc::Receiver<Request>) {
+async fn write_groups(storage: Arc<dyn EventStore>, mut requests: mpsc::Receiver<Request>) {
     let mut group = Vec::with_capacity(MAX_GROUP);
     while requests.recv_many(&mut group, MAX_GROUP).await > 0 {
         let (events, replies): (Vec<_>, Vec<_>) = group.drain(..).unzip();

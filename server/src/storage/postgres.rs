@@ -1,13 +1,13 @@
-//! PostgreSQL, for scale-out: several server instances share one database.
+//! PostgreSQL, for scale-out: several server instances share one database. No write
+//! gate (row locks, many writers); claims take turns through an advisory lock.
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::write::{WriteTx, Writer};
-use super::{
-    rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
-    FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
-    Result, Slot, StorageError, UserChange,
-};
+use super::deliveries::{DeliveryRow, DELIVERY};
+use super::queue::claim_sql;
+use super::store::{convert_all, Dialect, Store};
+use super::write::{Durability, WriteTx, Writes};
+use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
 
 /// The advisory lock that serializes claims across instances.
@@ -15,41 +15,42 @@ const CLAIM_LOCK: i64 = 0x5046_4c4f_5700_0001;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
-#[derive(Debug, Clone)]
-pub struct PostgresStorage {
-    pub(crate) pool: PgPool,
-    /// The same pool: PostgreSQL commits are durable either way.
-    pub(crate) engine_pool: PgPool,
-}
+/// PostgreSQL's dialect.
+#[derive(Debug, Clone, Copy)]
+pub struct Postgres;
 
-impl PostgresStorage {
+impl Store<Postgres> {
+    /// Connects to the database at `url`: one pool for everything (PostgreSQL commits are
+    /// durable either way).
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .connect(url)
             .await?;
-        Ok(Self {
-            engine_pool: pool.clone(),
-            pool,
-        })
+        let writes = Writes::new(pool.clone(), pool.clone(), false, None);
+        Ok(Store::new(pool.clone(), pool, writes))
     }
+}
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
+impl Dialect for Postgres {
+    type DB = sqlx::Postgres;
+
+    const BACKEND: Backend = Backend::Postgres;
 
     /// PostgreSQL's planner has statistics: no index named.
-    pub(super) const DUE_INDEX: &'static str = "";
+    const DUE_INDEX: &'static str = "";
 
-    /// PostgreSQL has row locks and many writers: no gate.
-    pub(super) async fn gate(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        None
+    async fn migrate(pool: &PgPool) -> Result<()> {
+        MIGRATOR
+            .run(pool)
+            .await
+            .map_err(|e| StorageError::Other(e.into()))
     }
 
     /// Claims from every instance take turns, so the per-destination in-flight count
     /// they read is exact; a claim takes milliseconds.
-    pub(super) async fn lock_claims(tx: &mut WriteTx<'_, sqlx::Postgres>) -> sqlx::Result<()> {
+    async fn lock_claims(tx: &mut WriteTx<'_, sqlx::Postgres>) -> Result<()> {
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(CLAIM_LOCK)
             .execute(&mut **tx)
@@ -60,40 +61,24 @@ impl PostgresStorage {
     /// Serializes changes to `users` that depend on the other users (the first admin,
     /// the last admin): under READ COMMITTED two of them could each see the other's
     /// row as it was and both pass. Reads and sign-ins are not blocked.
-    pub(super) async fn lock_users(tx: &mut WriteTx<'_, sqlx::Postgres>) -> Result<()> {
+    async fn lock_users(tx: &mut WriteTx<'_, sqlx::Postgres>) -> Result<()> {
         sqlx::query("LOCK TABLE users IN SHARE ROW EXCLUSIVE MODE")
             .execute(&mut **tx)
             .await?;
         Ok(())
     }
 
-    /// The one way to open a write transaction: a connection closed instead of pooled
-    /// unless its transaction ends cleanly ([`Writer`]).
-    pub(super) async fn writer(&self, pool: &PgPool) -> sqlx::Result<Writer<'_, sqlx::Postgres>> {
-        Writer::acquire(None, pool, None).await
-    }
-}
-
-impl_storage!(PostgresStorage, sqlx::Postgres, {
-    fn backend(&self) -> Backend {
-        Backend::Postgres
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
     async fn claim(
-        &self,
+        store: &Store<Self>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        let mut writer = self.writer(&self.pool).await?;
+        let mut writer = store.writes.writer(Durability::Engine).await?;
         let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql(Self::DUE_INDEX))
+        let rows = sqlx::query_as::<_, DeliveryRow>(&claim_sql(Self::DUE_INDEX))
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
@@ -102,14 +87,14 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        rows::convert_all(rows)
+        convert_all(rows)
     }
 
     /// One statement for all the destinations (each one's earliest due deliveries through
     /// `LATERAL … LIMIT` its free slots): a round trip to the server per destination would
     /// cost more than the claim itself.
     async fn claim_for(
-        &self,
+        store: &Store<Self>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
@@ -144,13 +129,13 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
                                                     WHERE d.id = deliveries.destination_id) \
              WHERE id IN (SELECT id FROM chosen) \
              RETURNING {}",
-            shared::DELIVERY
+            DELIVERY
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
-        let mut writer = self.writer(&self.pool).await?;
+        let mut writer = store.writes.writer(Durability::Engine).await?;
         let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&sql)
+        let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
             .bind(&ids)
             .bind(now)
             .bind(limits.retries > 0)
@@ -161,15 +146,12 @@ impl_storage!(PostgresStorage, sqlx::Postgres, {
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
-        let mut claimed: Vec<Delivery> = rows::convert_all(rows)?;
+        let mut claimed: Vec<Delivery> = convert_all(rows)?;
         claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
         Ok(claimed)
     }
 
-    async fn migrate(&self) -> Result<()> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StorageError::Other(e.into()))
+    fn raw_pool(pool: &PgPool) -> RawPool {
+        RawPool::Postgres(pool.clone())
     }
-});
+}

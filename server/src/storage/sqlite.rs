@@ -1,7 +1,8 @@
 //! The embedded default: one SQLite file in WAL mode.
 //!
 //! Commits are `synchronous = FULL`, so an answer given after a commit survives
-//! a power cut, not only a crash of the process.
+//! a power cut, not only a crash of the process. SQLite has one writer: the process's
+//! writers queue on the write gate ([`Writes`]) and open `BEGIN IMMEDIATE` transactions.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -10,30 +11,20 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 
-use super::write::{WriteTx, Writer};
-use super::{
-    rows, shared, Backend, BulkOutcome, ClaimLimits, DeliveryFilter, FinishEffects,
-    FinishedAttempt, IncomingEffects, NewEvent, NextStep, Page, Published, RateScope, ResendFailed,
-    Result, Slot, StorageError, UserChange,
-};
+use super::deliveries::{DeliveryRow, DELIVERY};
+use super::queue::claim_sql;
+use super::store::{convert_all, Dialect, Store};
+use super::write::{Durability, WriteTx, Writes};
+use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
-#[derive(Debug, Clone)]
-pub struct SqliteStorage {
-    pub(crate) pool: SqlitePool,
-    /// The engine's own bookkeeping (claims, attempts, rate slots) commits with
-    /// `synchronous = NORMAL`: a power cut may lose the last attempts' records, which
-    /// then come back as lost claims and are sent again; it never loses an accepted
-    /// event or delivery, whose commits go through `pool` with `synchronous = FULL`.
-    pub(crate) engine_pool: SqlitePool,
-    /// SQLite has one writer. Writers of this process queue here, in order, instead of
-    /// polling SQLite's lock with the busy handler's growing sleeps.
-    write_gate: std::sync::Arc<tokio::sync::Mutex<()>>,
-}
+/// SQLite's dialect.
+#[derive(Debug, Clone, Copy)]
+pub struct Sqlite;
 
-impl SqliteStorage {
+impl Store<Sqlite> {
     /// Opens (creating if needed, with its parent folder) the database at `url`.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let options = SqliteConnectOptions::from_str(url)?
@@ -52,93 +43,85 @@ impl SqliteStorage {
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .connect_with(options.clone())
             .await?;
+        // The engine's own bookkeeping commits with `synchronous = NORMAL` ([`Durability::Engine`]).
         let engine_pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .connect_with(options.synchronous(SqliteSynchronous::Normal))
             .await?;
-        Ok(Self {
-            pool,
-            engine_pool,
-            write_gate: Default::default(),
-        })
+        let writes = Writes::new(
+            pool.clone(),
+            engine_pool.clone(),
+            true,
+            Some("BEGIN IMMEDIATE"),
+        );
+        Ok(Store::new(pool, engine_pool, writes))
     }
+}
+
+impl Dialect for Sqlite {
+    type DB = sqlx::Sqlite;
+
+    const BACKEND: Backend = Backend::Sqlite;
 
     /// The due-queue index, named: without statistics SQLite may pick the status index
     /// and walk every waiting delivery (a million-row retry backlog: a fifth of a second).
-    pub(super) const DUE_INDEX: &'static str = "INDEXED BY deliveries_due";
+    const DUE_INDEX: &'static str = "INDEXED BY deliveries_due";
 
-    /// Held for the whole of a write: one writer at a time, first come first served.
-    pub(super) async fn gate(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        Some(self.write_gate.lock().await)
+    async fn migrate(pool: &SqlitePool) -> Result<()> {
+        MIGRATOR
+            .run(pool)
+            .await
+            .map_err(|e| StorageError::Other(e.into()))
     }
 
     /// Claims need no lock of their own: the gate and `BEGIN IMMEDIATE` make them one at a time.
-    pub(super) async fn lock_claims(_tx: &mut WriteTx<'_, sqlx::Sqlite>) -> sqlx::Result<()> {
+    async fn lock_claims(_tx: &mut WriteTx<'_, sqlx::Sqlite>) -> Result<()> {
         Ok(())
-    }
-
-    /// The one way to open a write transaction: the gate, then a connection whose
-    /// transaction takes SQLite's write lock at once (`BEGIN IMMEDIATE`), so a
-    /// transaction that reads before it writes never meets a changed snapshot. The
-    /// connection is closed instead of pooled unless the transaction ends cleanly
-    /// ([`Writer`]).
-    pub(super) async fn writer(&self, pool: &SqlitePool) -> sqlx::Result<Writer<'_, sqlx::Sqlite>> {
-        Writer::acquire(self.gate().await, pool, Some("BEGIN IMMEDIATE")).await
-    }
-
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
     }
 
     /// Changes to `users` that depend on the other users (the first admin, the last
     /// admin) need no lock here: SQLite has one writer at a time, and these
     /// transactions write first.
-    pub(super) async fn lock_users(_tx: &mut WriteTx<'_, sqlx::Sqlite>) -> Result<()> {
+    async fn lock_users(_tx: &mut WriteTx<'_, sqlx::Sqlite>) -> Result<()> {
         Ok(())
     }
-}
 
-impl_storage!(SqliteStorage, sqlx::Sqlite, {
-    fn backend(&self) -> Backend {
-        Backend::Sqlite
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
+    /// One statement: SQLite has a single writer, so the in-flight count it reads is exact.
     async fn claim(
-        &self,
+        store: &Store<Self>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        // One statement: SQLite has a single writer, so the in-flight count it reads is exact.
-        let _gate = self.gate().await;
-        let rows = sqlx::query_as::<_, rows::DeliveryRow>(&shared::claim_sql(Self::DUE_INDEX))
+        let sql = claim_sql(Self::DUE_INDEX);
+        let query = sqlx::query_as::<_, DeliveryRow>(&sql)
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
             .bind(limits.per_destination)
-            .bind(limits.retries)
-            .fetch_all(&self.engine_pool)
+            .bind(limits.retries);
+        let rows = store
+            .writes
+            .writer(Durability::Engine)
+            .await?
+            .fetch_all(query)
             .await?;
-        rows::convert_all(rows)
+        convert_all(rows)
     }
 
     /// A loop over the destinations: SQLite's statements run in-process, so a few per
     /// destination cost microseconds.
     async fn claim_for(
-        &self,
+        store: &Store<Self>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        let mut writer = self.writer(&self.engine_pool).await?;
+        let mut writer = store.writes.writer(Durability::Engine).await?;
         let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
         let mut claimed: Vec<Delivery> = Vec::new();
@@ -197,22 +180,19 @@ impl_storage!(SqliteStorage, sqlx::Sqlite, {
             for id in &take {
                 ids.push_bind(id);
             }
-            update.push(format!(") RETURNING {}", shared::DELIVERY));
+            update.push(format!(") RETURNING {}", DELIVERY));
             let rows = update
-                .build_query_as::<rows::DeliveryRow>()
+                .build_query_as::<DeliveryRow>()
                 .fetch_all(&mut *tx)
                 .await?;
-            claimed.extend(rows::convert_all(rows)?);
+            claimed.extend(convert_all(rows)?);
         }
         tx.commit().await?;
         claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
         Ok(claimed)
     }
 
-    async fn migrate(&self) -> Result<()> {
-        MIGRATOR
-            .run(&self.pool)
-            .await
-            .map_err(|e| StorageError::Other(e.into()))
+    fn raw_pool(pool: &SqlitePool) -> RawPool {
+        RawPool::Sqlite(pool.clone())
     }
-});
+}

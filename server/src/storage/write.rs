@@ -1,5 +1,9 @@
-//! The one way a write opens its transaction: [`Writer`] (the write gate and a pooled
-//! connection, held together) and [`WriteTx`] (the transaction on that connection).
+//! The one way to write: [`Writes`] holds the pools that writes go through and the write
+//! gate (SQLite), and hands out [`Writer`]s (the gate and a pooled connection, held
+//! together); a [`Writer`] runs one statement on its own ([`Writer::execute`],
+//! [`Writer::fetch_all`]) or opens a [`WriteTx`] (`BEGIN IMMEDIATE` on SQLite). The
+//! write pools are private to this module, so a write that skips the gate cannot be
+//! written by accident: reads go through the store's read pool, writes through here.
 //!
 //! The invariant: **no connection goes back to the pool inside a transaction.** sqlx
 //! counts a connection's transaction depth itself; when a statement or the `COMMIT`
@@ -14,10 +18,65 @@
 //! up). The pool opens a fresh connection in its place.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Connection as _, Database, Pool, Transaction};
-use tokio::sync::MutexGuard;
+use sqlx::query::{Query, QueryAs};
+use sqlx::{Connection as _, Database, Executor, FromRow, IntoArguments, Pool, Transaction};
+use tokio::sync::{Mutex, MutexGuard};
+
+/// Which pool a write goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Accepted events, deliveries and everything people change: on SQLite committed with
+    /// `synchronous = FULL`, so an answered request survives a power cut.
+    Full,
+    /// The engine's own bookkeeping (claims, attempts, rate slots): on SQLite committed
+    /// with `synchronous = NORMAL`; a power cut may lose the last attempts' records,
+    /// which then come back as lost claims and are sent again. PostgreSQL: the same pool.
+    Engine,
+}
+
+/// The pools writes go through, and the write gate: the only source of [`Writer`]s.
+#[derive(Debug, Clone)]
+pub struct Writes<DB: Database> {
+    full: Pool<DB>,
+    engine: Pool<DB>,
+    /// SQLite has one writer. Writers of this process queue here, in order, instead of
+    /// polling SQLite's lock with the busy handler's growing sleeps. `None`: no gate
+    /// (PostgreSQL has row locks and many writers).
+    gate: Option<Arc<Mutex<()>>>,
+    /// How a write transaction begins: `BEGIN IMMEDIATE` on SQLite; `None`: `BEGIN`.
+    begin: Option<&'static str>,
+}
+
+impl<DB: Database> Writes<DB> {
+    /// Writes through `full` and `engine` (see [`Durability`]), behind a gate when `gated`,
+    /// with transactions opened by `begin` (`None`: the backend's plain `BEGIN`).
+    pub fn new(full: Pool<DB>, engine: Pool<DB>, gated: bool, begin: Option<&'static str>) -> Self {
+        Self {
+            full,
+            engine,
+            gate: gated.then(Default::default),
+            begin,
+        }
+    }
+
+    /// The gate (when there is one: first come first served), then a connection of the
+    /// pool for `durability`: the gate is the queue, so writers never wait on the pool
+    /// while holding a connection.
+    pub async fn writer(&self, durability: Durability) -> sqlx::Result<Writer<'_, DB>> {
+        let gate = match &self.gate {
+            Some(gate) => Some(gate.lock().await),
+            None => None,
+        };
+        let pool = match durability {
+            Durability::Full => &self.full,
+            Durability::Engine => &self.engine,
+        };
+        Writer::acquire(gate, pool, self.begin).await
+    }
+}
 
 /// A connection taken for one write transaction, with the write gate (SQLite) held for
 /// as long as it lives. Closed on drop unless its transaction committed or rolled back.
@@ -30,9 +89,8 @@ pub struct Writer<'g, DB: Database> {
 }
 
 impl<'g, DB: Database> Writer<'g, DB> {
-    /// Takes a connection from `pool` (after the gate, when there is one: the gate is the
-    /// queue, so writers never wait on the pool while holding a connection).
-    pub async fn acquire(
+    /// Takes a connection from `pool`, holding `gate` (see [`Writes::writer`]).
+    async fn acquire(
         gate: Option<MutexGuard<'g, ()>>,
         pool: &Pool<DB>,
         begin: Option<&'static str>,
@@ -57,6 +115,32 @@ impl<'g, DB: Database> Writer<'g, DB> {
             tx,
             clean: &mut self.clean,
         })
+    }
+}
+
+impl<'g, DB: Database> Writer<'g, DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    /// Runs one statement on its own, outside a transaction (it commits by itself).
+    pub async fn execute<'q, A>(mut self, query: Query<'q, DB, A>) -> sqlx::Result<DB::QueryResult>
+    where
+        A: 'q + IntoArguments<'q, DB>,
+    {
+        let done = query.execute(&mut *self.conn).await?;
+        self.clean = true;
+        Ok(done)
+    }
+
+    /// Runs one statement that returns rows on its own, outside a transaction.
+    pub async fn fetch_all<'q, O, A>(mut self, query: QueryAs<'q, DB, O, A>) -> sqlx::Result<Vec<O>>
+    where
+        A: 'q + IntoArguments<'q, DB>,
+        O: Send + Unpin + for<'r> FromRow<'r, DB::Row>,
+    {
+        let rows = query.fetch_all(&mut *self.conn).await?;
+        self.clean = true;
+        Ok(rows)
     }
 }
 

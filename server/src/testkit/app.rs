@@ -10,13 +10,13 @@ use tokio_util::sync::CancellationToken;
 use super::db::TestDb;
 use super::wait::eventually;
 use crate::config::Config;
-use crate::storage::Storage;
+use crate::storage::TestStorage;
 
 /// A server running in this process on a free port, with its own shutdown switch.
 pub struct TestApp {
     pub addr: SocketAddr,
     pub db_url: String,
-    pub storage: Arc<dyn Storage>,
+    pub storage: Arc<dyn TestStorage>,
     /// Set by [`TestApp::with_space`].
     pub api_key: Option<String>,
     pub space: Option<String>,
@@ -192,7 +192,7 @@ pub async fn spawn_app_with_config(db: &TestDb, config: Config) -> TestApp {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(crate::startup::run(
         config,
-        storage.clone(),
+        storage.clone().into(),
         listener,
         shutdown.clone(),
     ));

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::storage::{self, Storage};
+use crate::storage::{self, TestStorage};
 
 /// Which database a test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,7 +15,7 @@ pub enum Db {
 /// A fresh, migrated database; the guard keeps its files alive.
 pub struct TestDb {
     pub url: String,
-    pub storage: Arc<dyn Storage>,
+    pub storage: Arc<dyn TestStorage>,
     pub _dir: Option<tempfile::TempDir>,
 }
 
@@ -47,7 +47,7 @@ pub async fn fresh_db(db: Db) -> Option<TestDb> {
             (database_url_beside(&admin_url, &name), None)
         }
     };
-    let storage = storage::connect(&url).await.unwrap();
+    let storage = storage::testing::connect(&url).await.unwrap();
     storage.migrate().await.unwrap();
     Some(TestDb {
         url,

@@ -55,7 +55,7 @@ fn migrate_then_space_create_prints_an_id_and_a_working_api_key() {
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store = server::storage::connect(&url).await.unwrap();
+        let store = server::storage::testing::connect(&url).await.unwrap();
         let found = store
             .find_api_key_by_hash(&server::auth::hash_token(key))
             .await

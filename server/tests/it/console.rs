@@ -100,7 +100,7 @@ on_both_backends! {
         let shutdown = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(server::startup::run(
             server::testkit::test_config(&db.url),
-            db.storage.clone(),
+            db.storage.clone().into(),
             listener,
             shutdown.clone(),
         ));

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use crate::on_both_backends;
 use server::domain::*;
-use server::storage::{DeliveryFilter, NewEvent, Slot, Storage};
+use server::storage::{DeliveryFilter, NewEvent, Slot, TestStorage};
 
-async fn exercise(s: Arc<dyn Storage>) {
+async fn exercise(s: Arc<dyn TestStorage>) {
     let now = server::clock::now_ms();
     let space = server::ops::tenants::create_space(s.as_ref(), "Stats", Plan::Free)
         .await

@@ -30,12 +30,7 @@ on_both_backends! {
     async fn readiness_fails_when_the_database_is_gone(db) {
         let app = spawn_app(&db).await;
         // Close the storage's pool under the running server.
-        if let Some(s) = db.storage.as_any().downcast_ref::<server::storage::sqlite::SqliteStorage>() {
-            s.pool().close().await;
-        }
-        if let Some(s) = db.storage.as_any().downcast_ref::<server::storage::postgres::PostgresStorage>() {
-            s.pool().close().await;
-        }
+        db.storage.raw_pool().close().await;
         let ready = reqwest::get(app.url("/readyz")).await.unwrap();
         assert_eq!(ready.status(), 503);
         assert_eq!(ready.json::<serde_json::Value>().await.unwrap()["status"], "unavailable");

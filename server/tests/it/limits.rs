@@ -147,7 +147,7 @@ async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
     let Some(db) = server::testkit::fresh_db(server::testkit::Db::Postgres).await else {
         return;
     };
-    let second_storage = server::storage::connect(&db.url).await.unwrap();
+    let second_storage = server::storage::testing::connect(&db.url).await.unwrap();
     let db2 = server::testkit::TestDb {
         url: db.url.clone(),
         storage: second_storage,

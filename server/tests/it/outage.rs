@@ -181,7 +181,7 @@ struct Load {
 }
 
 async fn under_load(url: &str) -> Load {
-    let storage = server::storage::connect(url).await.unwrap();
+    let storage = server::storage::testing::connect(url).await.unwrap();
     storage.migrate().await.unwrap();
     let db = TestDb {
         url: url.to_owned(),

@@ -4,8 +4,7 @@
 //! waits for the next attempt, until the last one dead-letters.
 
 use serde_json::{json, Value};
-use server::storage::postgres::PostgresStorage;
-use server::storage::sqlite::SqliteStorage;
+use server::storage::RawPool;
 
 use crate::on_both_backends;
 use crate::retry_after::{last_attempt_ended_ms, unix_ms, EARLY_MS, LATE_MS};
@@ -16,25 +15,21 @@ async fn make_due(db: &TestDb, delivery_id: &str) {
     const SQL: &str =
         "UPDATE deliveries SET next_attempt_at = $1 WHERE id = $2 AND status = 'retrying'";
     let now = server::clock::now_ms();
-    let any = db.storage.as_any();
-    let updated = if let Some(s) = any.downcast_ref::<SqliteStorage>() {
-        sqlx::query(SQL)
+    let updated = match db.storage.raw_pool() {
+        RawPool::Sqlite(pool) => sqlx::query(SQL)
             .bind(now)
             .bind(delivery_id)
-            .execute(s.pool())
+            .execute(&pool)
             .await
             .unwrap()
-            .rows_affected()
-    } else if let Some(p) = any.downcast_ref::<PostgresStorage>() {
-        sqlx::query(SQL)
+            .rows_affected(),
+        RawPool::Postgres(pool) => sqlx::query(SQL)
             .bind(now)
             .bind(delivery_id)
-            .execute(p.pool())
+            .execute(&pool)
             .await
             .unwrap()
-            .rows_affected()
-    } else {
-        panic!("unknown storage backend")
+            .rows_affected(),
     };
     assert_eq!(updated, 1, "{delivery_id} was waiting");
 }

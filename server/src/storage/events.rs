@@ -1,0 +1,523 @@
+//! Publishing: events, their fan-out to subscribed destinations, idempotency keys, channel
+//! messages (with the incoming replay memory) and console test events.
+
+use std::collections::hash_map::{Entry, HashMap};
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Executor, IntoArguments};
+
+use super::destinations::{DestinationRow, DESTINATION};
+use super::store::{
+    convert_all, json, parse, Args, Conn, DbRow, Dialect, RowsAffected, Sql, SqlArg, SqlValue,
+    Store,
+};
+use super::write::{Durability, WriteTx};
+use super::*;
+
+pub(super) const EVENT: &str = "id, space_id, event_type, payload, created_at";
+
+/// Rows per multi-row INSERT when fanning an event out (below both backends' bind limits).
+pub(super) const FAN_OUT_CHUNK: usize = 500;
+
+/// The active and the inactive destinations subscribed to an event type.
+type Subscribers = (Vec<DestinationId>, Vec<DestinationId>);
+
+/// Publishing (the group commit, channel messages, the console's test events) and the
+/// event reads of the REST API.
+#[async_trait]
+pub trait EventStore: Send + Sync + std::fmt::Debug {
+    /// Writes each event and one delivery per active destination of its space that
+    /// subscribes to its type, counting the inactive ones it skipped; with an idempotency
+    /// key seen before, writes nothing for that event and returns the first answer. All
+    /// in one transaction (one commit, one fsync), each event in its own savepoint, so one
+    /// that fails leaves the others written. The outer error is for the commit; the inner
+    /// ones are per event.
+    async fn publish_events(
+        &self,
+        batch: &[NewEvent],
+        now: UnixMs,
+    ) -> Result<Vec<Result<Published>>>;
+    /// Stores a message and its `message.created` event with the event's fan-out, in one
+    /// transaction; with `replay`, that transaction also remembers the request's
+    /// `webhook-id`, and `None` (nothing written) answers one that was remembered before.
+    async fn post_message(
+        &self,
+        message: &Message,
+        event: &NewEvent,
+        replay: Option<IncomingReplay<'_>>,
+        now: UnixMs,
+    ) -> Result<Option<Published>>;
+    /// Stores `event` with one delivery, to `destination_id` only (whatever its event
+    /// types), in one transaction; `Conflict` when that destination is not active in
+    /// the event's space. The delivery goes out through the engine like any other.
+    async fn publish_test_event(
+        &self,
+        event: &Event,
+        destination_id: DestinationId,
+        now: UnixMs,
+    ) -> Result<DeliveryId>;
+    async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event>;
+    async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>>;
+}
+
+#[async_trait]
+impl<D: Dialect> EventStore for Store<D>
+where
+    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
+    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
+    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
+    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
+    usize: ColumnIndex<DbRow<D>>,
+    i64: SqlValue<D::DB>,
+    Option<i64>: SqlValue<D::DB>,
+    bool: SqlValue<D::DB>,
+    String: SqlValue<D::DB>,
+    Option<String>: SqlValue<D::DB>,
+{
+    async fn publish_events(
+        &self,
+        batch: &[NewEvent],
+        now: UnixMs,
+    ) -> Result<Vec<Result<Published>>> {
+        let mut writer = self.writes.writer(Durability::Full).await?;
+        let mut tx = writer.begin().await?;
+        // `None`: the idempotency key was taken (read the first answer after the commit).
+        let mut outcomes: Vec<Option<Result<Option<Published>>>> =
+            (0..batch.len()).map(|_| None).collect();
+        // Events without a key all together; if that fails, one by one below, so only
+        // the event at fault fails.
+        let plain: Vec<usize> = (0..batch.len())
+            .filter(|&i| batch[i].idempotency_key.is_none())
+            .collect();
+        if plain.len() > 1 {
+            sqlx::query("SAVEPOINT publish_all")
+                .execute(&mut *tx)
+                .await?;
+            let events: Vec<&NewEvent> = plain.iter().map(|&i| &batch[i]).collect();
+            match Self::publish_plain_in(&mut tx, &events, now).await {
+                Ok(answers) => {
+                    sqlx::query("RELEASE SAVEPOINT publish_all")
+                        .execute(&mut *tx)
+                        .await?;
+                    for (&i, answer) in plain.iter().zip(answers) {
+                        outcomes[i] = Some(Ok(Some(answer)));
+                    }
+                }
+                Err(_) => {
+                    sqlx::query("ROLLBACK TO SAVEPOINT publish_all")
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("RELEASE SAVEPOINT publish_all")
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+        }
+        for (new, outcome) in batch.iter().zip(outcomes.iter_mut()) {
+            if outcome.is_some() {
+                continue;
+            }
+            sqlx::query("SAVEPOINT publish").execute(&mut *tx).await?;
+            let result = Self::publish_in(&mut tx, new, now).await;
+            if matches!(result, Ok(Some(_))) {
+                sqlx::query("RELEASE SAVEPOINT publish")
+                    .execute(&mut *tx)
+                    .await?;
+            } else {
+                sqlx::query("ROLLBACK TO SAVEPOINT publish")
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("RELEASE SAVEPOINT publish")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            *outcome = Some(result);
+        }
+        tx.commit().await?;
+        drop(writer);
+        let mut answers = Vec::with_capacity(batch.len());
+        for (new, outcome) in batch.iter().zip(outcomes) {
+            answers.push(match outcome.expect("every event was written or refused") {
+                Ok(Some(published)) => Ok(published),
+                Ok(None) => {
+                    let key = new.idempotency_key.as_deref().unwrap_or_default();
+                    self.first_answer(new.event.space_id, key).await
+                }
+                Err(e) => Err(e),
+            });
+        }
+        Ok(answers)
+    }
+
+    async fn post_message(
+        &self,
+        m: &Message,
+        event: &NewEvent,
+        replay: Option<IncomingReplay<'_>>,
+        now: UnixMs,
+    ) -> Result<Option<Published>> {
+        let mut writer = self.writes.writer(Durability::Full).await?;
+        let mut tx = writer.begin().await?;
+        if let Some(r) = replay {
+            // Remembered only if this transaction commits: a failure below forgets it.
+            // On PostgreSQL a concurrent request with the same ID waits here for
+            // this one's outcome.
+            let fresh = sqlx::query(
+                "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (webhook_id, message_id) DO NOTHING",
+            )
+            .bind(r.webhook_id.to_string())
+            .bind(r.message_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+                == 1;
+            if !fresh {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+            sqlx::query("DELETE FROM incoming_replays WHERE webhook_id = $1 AND seen_at < $2")
+                .bind(r.webhook_id.to_string())
+                .bind(now - crate::storage::REPLAY_MEMORY_MS)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query(
+            "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, source_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(m.id.to_string())
+        .bind(m.space_id.to_string())
+        .bind(m.channel_id.to_string())
+        .bind(&m.text)
+        .bind(m.attachments.as_ref().map(|a| a.to_string()))
+        .bind(m.source_kind.as_str())
+        .bind(&m.source_id)
+        .bind(m.created_at)
+        .execute(&mut *tx)
+        .await?;
+        let published = Self::publish_in(&mut tx, event, now)
+            .await?
+            .ok_or_else(|| {
+                StorageError::Conflict("message events carry no idempotency key".into())
+            })?;
+        tx.commit().await?;
+        Ok(Some(published))
+    }
+
+    async fn publish_test_event(
+        &self,
+        event: &Event,
+        destination_id: DestinationId,
+        now: UnixMs,
+    ) -> Result<DeliveryId> {
+        let mut writer = self.writes.writer(Durability::Full).await?;
+        let mut tx = writer.begin().await?;
+        sqlx::query(
+            "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(event.id.to_string())
+        .bind(event.space_id.to_string())
+        .bind(&event.event_type)
+        .bind(event.payload.to_string())
+        .bind(event.created_at)
+        .execute(&mut *tx)
+        .await?;
+        let delivery = DeliveryId::new();
+        let done = sqlx::query(
+            "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+             attempts, next_attempt_at, created_at, updated_at) \
+             SELECT $1, space_id, $2, id, $3, 'pending', 0, $4, $4, $4 FROM destinations \
+             WHERE id = $5 AND space_id = $6 AND status = 'active'",
+        )
+        .bind(delivery.to_string())
+        .bind(event.id.to_string())
+        .bind(&event.event_type)
+        .bind(now)
+        .bind(destination_id.to_string())
+        .bind(event.space_id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            // Rolled back on drop: no event without its delivery.
+            return Err(StorageError::Conflict(
+                "the destination is not active".into(),
+            ));
+        }
+        tx.commit().await?;
+        Ok(delivery)
+    }
+
+    async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
+        let sql = format!(
+            "SELECT {} FROM events WHERE id = $1 AND space_id = $2",
+            EVENT
+        );
+        sqlx::query_as::<_, EventRow>(&sql)
+            .bind(id.to_string())
+            .bind(space_id.to_string())
+            .fetch_one(&self.read)
+            .await?
+            .try_into()
+    }
+
+    async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>> {
+        let rows: Vec<EventRow> = self
+            .keyset_page(
+                (EVENT, "events"),
+                ("space_id", space_id.to_string()),
+                "",
+                page,
+            )
+            .await?;
+        convert_all(rows)
+    }
+}
+
+impl<D: Dialect> Store<D>
+where
+    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
+    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
+    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
+    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
+    usize: ColumnIndex<DbRow<D>>,
+    i64: SqlValue<D::DB>,
+    Option<i64>: SqlValue<D::DB>,
+    bool: SqlValue<D::DB>,
+    String: SqlValue<D::DB>,
+    Option<String>: SqlValue<D::DB>,
+{
+    /// The event, its idempotency key and its fan-out, inside `tx`. `None` when the
+    /// idempotency key was taken: the caller rolls back and reads the first answer.
+    pub(super) async fn publish_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        new: &NewEvent,
+        now: UnixMs,
+    ) -> Result<Option<Published>> {
+        let e = &new.event;
+        let space = e.space_id.to_string();
+        sqlx::query(
+            "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(e.id.to_string())
+        .bind(&space)
+        .bind(&e.event_type)
+        .bind(e.payload.to_string())
+        .bind(e.created_at)
+        .execute(&mut **tx)
+        .await?;
+
+        if let Some(key) = &new.idempotency_key {
+            let claimed = sqlx::query(
+                "INSERT INTO idempotency_keys (space_id, key, request_hash, event_id, deliveries, created_at) \
+                 VALUES ($1, $2, $3, $4, 0, $5) ON CONFLICT (space_id, key) DO NOTHING",
+            )
+            .bind(&space)
+            .bind(key)
+            .bind(&new.request_hash)
+            .bind(e.id.to_string())
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            if claimed.rows_affected() == 0 {
+                return Ok(None);
+            }
+        }
+
+        let (active, inactive) = Self::subscribers(tx, &space, &e.event_type).await?;
+        let targets: Vec<(&Event, DestinationId)> = active.iter().map(|d| (e, *d)).collect();
+        Self::insert_deliveries(tx, &targets, now).await?;
+        Self::count_skipped(tx, inactive.iter().map(|d| (*d, 1))).await?;
+        let deliveries = active.len() as i64;
+        if let Some(key) = &new.idempotency_key {
+            sqlx::query(
+                "UPDATE idempotency_keys SET deliveries = $1 WHERE space_id = $2 AND key = $3",
+            )
+            .bind(deliveries)
+            .bind(&space)
+            .bind(key)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(Some(Published::Created {
+            event_id: e.id,
+            deliveries,
+            skipped: inactive.len() as i64,
+            destinations: active,
+        }))
+    }
+
+    /// The active and the inactive destinations of `space` subscribed to `event_type`.
+    async fn subscribers(
+        tx: &mut WriteTx<'_, D::DB>,
+        space: &str,
+        event_type: &str,
+    ) -> Result<Subscribers> {
+        let sql = format!(
+            "SELECT {} FROM destinations WHERE id IN ( \
+               SELECT destination_id FROM subscriptions \
+               WHERE space_id = $1 AND event_type IN ($2, '*'))",
+            DESTINATION
+        );
+        let destinations: Vec<Destination> = convert_all(
+            sqlx::query_as::<_, DestinationRow>(&sql)
+                .bind(space)
+                .bind(event_type)
+                .fetch_all(&mut **tx)
+                .await?,
+        )?;
+        let (active, inactive): (Vec<_>, Vec<_>) = destinations
+            .iter()
+            .filter(|d| d.subscribes_to(event_type))
+            .partition(|d| d.status == DestinationStatus::Active);
+        Ok((
+            active.iter().map(|d| d.id).collect(),
+            inactive.iter().map(|d| d.id).collect(),
+        ))
+    }
+
+    /// One pending delivery per (event, destination), due now, in multi-row INSERTs.
+    async fn insert_deliveries(
+        tx: &mut WriteTx<'_, D::DB>,
+        targets: &[(&Event, DestinationId)],
+        now: UnixMs,
+    ) -> Result<()> {
+        for chunk in targets.chunks(FAN_OUT_CHUNK) {
+            let mut insert = Sql::<D>::new(
+                "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                 attempts, next_attempt_at, created_at, updated_at) ",
+            );
+            insert.push_values(chunk, |mut row, (e, d)| {
+                row.push_bind(DeliveryId::new().to_string())
+                    .push_bind(e.space_id.to_string())
+                    .push_bind(e.id.to_string())
+                    .push_bind(d.to_string())
+                    .push_bind(&e.event_type)
+                    .push_bind(DeliveryStatus::Pending.as_str())
+                    .push_bind(0_i64)
+                    .push_bind(now)
+                    .push_bind(now)
+                    .push_bind(now);
+            });
+            let (sql, args) = insert.into_parts()?;
+            sqlx::query_with(&sql, args).execute(&mut **tx).await?;
+        }
+        Ok(())
+    }
+
+    /// D5: an inactive destination is not caught up later; it only counts what it missed.
+    async fn count_skipped(
+        tx: &mut WriteTx<'_, D::DB>,
+        skipped: impl Iterator<Item = (DestinationId, i64)>,
+    ) -> Result<()> {
+        for (d, n) in skipped {
+            sqlx::query(
+                "UPDATE destinations SET skipped_events = skipped_events + $1 WHERE id = $2",
+            )
+            .bind(n)
+            .bind(d.to_string())
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Events without an idempotency key, all at once: one INSERT for the events, one
+    /// look-up per (space, type), one INSERT for all their deliveries.
+    async fn publish_plain_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        events: &[&NewEvent],
+        now: UnixMs,
+    ) -> Result<Vec<Published>> {
+        for chunk in events.chunks(FAN_OUT_CHUNK) {
+            let mut insert = Sql::<D>::new(
+                "INSERT INTO events (id, space_id, event_type, payload, created_at) ",
+            );
+            insert.push_values(chunk, |mut row, new| {
+                let e = &new.event;
+                row.push_bind(e.id.to_string())
+                    .push_bind(e.space_id.to_string())
+                    .push_bind(&e.event_type)
+                    .push_bind(e.payload.to_string())
+                    .push_bind(e.created_at);
+            });
+            let (sql, args) = insert.into_parts()?;
+            sqlx::query_with(&sql, args).execute(&mut **tx).await?;
+        }
+        let mut subscribed: HashMap<(SpaceId, &str), Subscribers> = HashMap::new();
+        for new in events {
+            let e = &new.event;
+            if let Entry::Vacant(slot) = subscribed.entry((e.space_id, e.event_type.as_str())) {
+                slot.insert(Self::subscribers(tx, &e.space_id.to_string(), &e.event_type).await?);
+            }
+        }
+        let mut targets = Vec::new();
+        let mut skipped: HashMap<DestinationId, i64> = HashMap::new();
+        let mut answers = Vec::with_capacity(events.len());
+        for new in events {
+            let e = &new.event;
+            let (active, inactive) = &subscribed[&(e.space_id, e.event_type.as_str())];
+            targets.extend(active.iter().map(|d| (e, *d)));
+            for d in inactive {
+                *skipped.entry(*d).or_default() += 1;
+            }
+            answers.push(Published::Created {
+                event_id: e.id,
+                deliveries: active.len() as i64,
+                skipped: inactive.len() as i64,
+                destinations: active.clone(),
+            });
+        }
+        Self::insert_deliveries(tx, &targets, now).await?;
+        Self::count_skipped(tx, skipped.into_iter()).await?;
+        Ok(answers)
+    }
+
+    pub(super) async fn first_answer(&self, space_id: SpaceId, key: &str) -> Result<Published> {
+        let first = sqlx::query_as::<_, IdempotencyRow>(
+            "SELECT request_hash, event_id, deliveries FROM idempotency_keys WHERE space_id = $1 AND key = $2",
+        )
+        .bind(space_id.to_string())
+        .bind(key)
+        .fetch_one(&self.read)
+        .await?;
+        Ok(Published::Replayed {
+            event_id: first
+                .event_id
+                .parse()
+                .map_err(|e| StorageError::Corrupt(format!("idempotency_keys.event_id: {e}")))?,
+            deliveries: first.deliveries,
+            request_hash: first.request_hash,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct EventRow {
+    id: String,
+    space_id: String,
+    event_type: String,
+    payload: String,
+    created_at: i64,
+}
+
+impl TryFrom<EventRow> for Event {
+    type Error = StorageError;
+    fn try_from(r: EventRow) -> Result<Self, StorageError> {
+        Ok(Event {
+            id: parse("events.id", &r.id)?,
+            space_id: parse("events.space_id", &r.space_id)?,
+            event_type: r.event_type,
+            payload: json("events.payload", &r.payload)?,
+            created_at: r.created_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct IdempotencyRow {
+    pub request_hash: String,
+    pub event_id: String,
+    pub deliveries: i64,
+}

@@ -1,0 +1,340 @@
+//! Incoming webhooks and bots (docs §3, §4): the credentials that post messages.
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Executor, IntoArguments};
+
+use super::store::{
+    convert_all, parse, Args, Conn, DbRow, Dialect, RowsAffected, SqlArg, SqlValue, Store,
+};
+use super::write::Durability;
+use super::*;
+
+pub(super) const INCOMING_WEBHOOK: &str =
+    "id, space_id, channel_id, name, token_hash, signing_secret, \
+    status, consecutive_failures, created_at, updated_at, disabled_at";
+
+pub(super) const BOT: &str = "id, space_id, name, token_hash, created_at, revoked_at";
+
+/// Incoming webhooks and bots: their management (REST API, console) and the look-ups
+/// and streak counting of the requests they authenticate.
+#[async_trait]
+pub trait IncomingStore: Send + Sync + std::fmt::Debug {
+    async fn create_incoming_webhook(&self, webhook: &IncomingWebhook) -> Result<()>;
+    async fn get_incoming_webhook_by_id(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
+    /// A page of the space's incoming webhooks, newest first (the REST API).
+    async fn list_incoming_webhooks(
+        &self,
+        space_id: SpaceId,
+        page: Page<IncomingWebhookId>,
+    ) -> Result<Vec<IncomingWebhook>>;
+    /// Every incoming webhook of the space, oldest first (the console).
+    async fn list_all_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>>;
+    /// Enables (resetting the streak) or disables an incoming webhook.
+    async fn set_incoming_webhook_status(
+        &self,
+        space_id: SpaceId,
+        id: IncomingWebhookId,
+        status: IncomingWebhookStatus,
+        now: UnixMs,
+    ) -> Result<IncomingWebhook>;
+    async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId)
+        -> Result<()>;
+    /// Counts an incoming webhook request: a success resets the streak; a failure grows it and,
+    /// at `disable_after` in a row, disables the webhook and notifies admins.
+    async fn record_incoming_result(
+        &self,
+        id: IncomingWebhookId,
+        success: bool,
+        disable_after: i64,
+        now: UnixMs,
+    ) -> Result<IncomingEffects>;
+    async fn create_bot(&self, bot: &Bot) -> Result<()>;
+    async fn find_bot_by_token_hash(&self, token_hash: &str) -> Result<Bot>;
+    /// A page of the space's bots, newest first (the REST API).
+    async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>>;
+    /// Every bot of the space (revoked ones too), oldest first (the console).
+    async fn list_all_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>>;
+    async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()>;
+}
+
+#[async_trait]
+impl<D: Dialect> IncomingStore for Store<D>
+where
+    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
+    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
+    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
+    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
+    usize: ColumnIndex<DbRow<D>>,
+    i64: SqlValue<D::DB>,
+    Option<i64>: SqlValue<D::DB>,
+    bool: SqlValue<D::DB>,
+    String: SqlValue<D::DB>,
+    Option<String>: SqlValue<D::DB>,
+{
+    async fn create_incoming_webhook(&self, w: &IncomingWebhook) -> Result<()> {
+        let query = sqlx::query(
+            "INSERT INTO incoming_webhooks (id, space_id, channel_id, name, token_hash, signing_secret, status, \
+             consecutive_failures, created_at, updated_at, disabled_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(w.id.to_string())
+        .bind(w.space_id.to_string())
+        .bind(w.channel_id.to_string())
+        .bind(&w.name)
+        .bind(&w.token_hash)
+        .bind(&w.signing_secret)
+        .bind(w.status.as_str())
+        .bind(w.consecutive_failures)
+        .bind(w.created_at)
+        .bind(w.updated_at)
+        .bind(w.disabled_at);
+        self.execute(Durability::Full, query).await?;
+        Ok(())
+    }
+
+    async fn get_incoming_webhook_by_id(&self, id: IncomingWebhookId) -> Result<IncomingWebhook> {
+        let sql = format!(
+            "SELECT {} FROM incoming_webhooks WHERE id = $1",
+            INCOMING_WEBHOOK
+        );
+        sqlx::query_as::<_, IncomingWebhookRow>(&sql)
+            .bind(id.to_string())
+            .fetch_one(&self.read)
+            .await?
+            .try_into()
+    }
+
+    async fn list_incoming_webhooks(
+        &self,
+        space_id: SpaceId,
+        page: Page<IncomingWebhookId>,
+    ) -> Result<Vec<IncomingWebhook>> {
+        let rows: Vec<IncomingWebhookRow> = self
+            .keyset_page(
+                (INCOMING_WEBHOOK, "incoming_webhooks"),
+                ("space_id", space_id.to_string()),
+                "",
+                page,
+            )
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn list_all_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>> {
+        let sql = format!(
+            "SELECT {} FROM incoming_webhooks WHERE space_id = $1 ORDER BY id",
+            INCOMING_WEBHOOK
+        );
+        let rows = sqlx::query_as::<_, IncomingWebhookRow>(&sql)
+            .bind(space_id.to_string())
+            .fetch_all(&self.read)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn set_incoming_webhook_status(
+        &self,
+        space_id: SpaceId,
+        id: IncomingWebhookId,
+        status: IncomingWebhookStatus,
+        now: UnixMs,
+    ) -> Result<IncomingWebhook> {
+        let query = sqlx::query(
+            "UPDATE incoming_webhooks SET status = $1, updated_at = $2, \
+               consecutive_failures = CASE WHEN $1 = 'active' THEN 0 ELSE consecutive_failures END, \
+               disabled_at = CASE WHEN $1 = 'active' THEN NULL ELSE $2 END \
+             WHERE id = $3 AND space_id = $4",
+        )
+        .bind(status.as_str())
+        .bind(now)
+        .bind(id.to_string())
+        .bind(space_id.to_string());
+        let done = self.execute(Durability::Full, query).await?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::NotFound);
+        }
+        self.get_incoming_webhook_by_id(id).await
+    }
+
+    async fn delete_incoming_webhook(
+        &self,
+        space_id: SpaceId,
+        id: IncomingWebhookId,
+    ) -> Result<()> {
+        self.write_one(
+            sqlx::query("DELETE FROM incoming_webhooks WHERE id = $1 AND space_id = $2")
+                .bind(id.to_string())
+                .bind(space_id.to_string()),
+        )
+        .await
+    }
+
+    async fn record_incoming_result(
+        &self,
+        id: IncomingWebhookId,
+        success: bool,
+        disable_after: i64,
+        now: UnixMs,
+    ) -> Result<IncomingEffects> {
+        let mut writer = self.writes.writer(Durability::Full).await?;
+        let mut tx = writer.begin().await?;
+        if success {
+            sqlx::query(
+                "UPDATE incoming_webhooks SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0",
+            )
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            return Ok(IncomingEffects::default());
+        }
+        let (failures, status, name, space_id): (i64, String, String, String) = sqlx::query_as(
+            "UPDATE incoming_webhooks SET consecutive_failures = consecutive_failures + 1, updated_at = $1 \
+             WHERE id = $2 RETURNING consecutive_failures, status, name, space_id",
+        )
+        .bind(now)
+        .bind(id.to_string())
+        .fetch_one(&mut *tx)
+        .await?;
+        let mut effects = IncomingEffects {
+            consecutive_failures: failures,
+            disabled: false,
+        };
+        if failures >= disable_after && status == IncomingWebhookStatus::Active.as_str() {
+            effects.disabled = true;
+            sqlx::query(
+                "UPDATE incoming_webhooks SET status = 'disabled', disabled_at = $1 WHERE id = $2",
+            )
+            .bind(now)
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
+                 VALUES ($1, $2, 'incoming_webhook.disabled', 'incoming_webhook', $3, $4, $5)",
+            )
+            .bind(NotificationId::new().to_string())
+            .bind(&space_id)
+            .bind(id.to_string())
+            .bind(format!(
+                "Incoming webhook \"{name}\" was disabled after {failures} failed requests in a row; \
+                 senders get 410 Gone until an admin re-enables it."
+            ))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(effects)
+    }
+
+    async fn create_bot(&self, b: &Bot) -> Result<()> {
+        let query = sqlx::query(
+            "INSERT INTO bots (id, space_id, name, token_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(b.id.to_string())
+        .bind(b.space_id.to_string())
+        .bind(&b.name)
+        .bind(&b.token_hash)
+        .bind(b.created_at)
+        .bind(b.revoked_at);
+        self.execute(Durability::Full, query).await?;
+        Ok(())
+    }
+
+    async fn find_bot_by_token_hash(&self, token_hash: &str) -> Result<Bot> {
+        let sql = format!(
+            "SELECT {} FROM bots WHERE token_hash = $1 AND revoked_at IS NULL",
+            BOT
+        );
+        sqlx::query_as::<_, BotRow>(&sql)
+            .bind(token_hash)
+            .fetch_one(&self.read)
+            .await?
+            .try_into()
+    }
+
+    async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>> {
+        let rows: Vec<BotRow> = self
+            .keyset_page((BOT, "bots"), ("space_id", space_id.to_string()), "", page)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn list_all_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>> {
+        let sql = format!("SELECT {} FROM bots WHERE space_id = $1 ORDER BY id", BOT);
+        let rows = sqlx::query_as::<_, BotRow>(&sql)
+            .bind(space_id.to_string())
+            .fetch_all(&self.read)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()> {
+        self.write_one(
+            sqlx::query("UPDATE bots SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL")
+            .bind(now)
+            .bind(id.to_string())
+            .bind(space_id.to_string()),
+        )
+        .await
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct IncomingWebhookRow {
+    id: String,
+    space_id: String,
+    channel_id: String,
+    name: String,
+    token_hash: String,
+    signing_secret: Option<String>,
+    status: String,
+    consecutive_failures: i64,
+    created_at: i64,
+    updated_at: i64,
+    disabled_at: Option<i64>,
+}
+
+impl TryFrom<IncomingWebhookRow> for IncomingWebhook {
+    type Error = StorageError;
+    fn try_from(r: IncomingWebhookRow) -> Result<Self, StorageError> {
+        Ok(IncomingWebhook {
+            id: parse("incoming_webhooks.id", &r.id)?,
+            space_id: parse("incoming_webhooks.space_id", &r.space_id)?,
+            channel_id: parse("incoming_webhooks.channel_id", &r.channel_id)?,
+            name: r.name,
+            token_hash: r.token_hash,
+            signing_secret: r.signing_secret,
+            status: parse("incoming_webhooks.status", &r.status)?,
+            consecutive_failures: r.consecutive_failures,
+            created_at: r.created_at,
+            updated_at: r.updated_at,
+            disabled_at: r.disabled_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct BotRow {
+    id: String,
+    space_id: String,
+    name: String,
+    token_hash: String,
+    created_at: i64,
+    revoked_at: Option<i64>,
+}
+
+impl TryFrom<BotRow> for Bot {
+    type Error = StorageError;
+    fn try_from(r: BotRow) -> Result<Self, StorageError> {
+        Ok(Bot {
+            id: parse("bots.id", &r.id)?,
+            space_id: parse("bots.space_id", &r.space_id)?,
+            name: r.name,
+            token_hash: r.token_hash,
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        })
+    }
+}

@@ -1,0 +1,556 @@
+//! The dispatch queue (docs §2): claims, deferrals, finished attempts, expired claims
+//! and the rate-limit windows shared by every instance. The claim statements differ by
+//! backend and live in the dialects ([`super::sqlite`], [`super::postgres`]).
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Executor, IntoArguments};
+
+use super::deliveries::{DeliveryRow, DELIVERY};
+use super::store::{convert_all, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store};
+use super::write::{Durability, WriteTx};
+use super::*;
+
+/// How many of the earliest due deliveries a claim looks at to find ones it may take.
+pub(super) const CLAIM_SCAN: i64 = 5000;
+
+/// The claim, shared by both backends: the earliest due deliveries, at most
+/// `$4` in flight per destination (counting what is already `sending`, on every
+/// instance), at most `$5` of them retries, moved to `sending` under a lease.
+/// `$1` now, `$2` limit, `$3` lease margin. Destinations already at their cap are
+/// left out while scanning, so their backlog never hides other destinations' work;
+/// `due_index` names the index to scan where the planner needs telling (SQLite).
+pub(super) fn claim_sql(due_index: &str) -> String {
+    format!(
+        "WITH busy AS ( \
+           SELECT destination_id, COUNT(*) AS n FROM deliveries WHERE status = 'sending' GROUP BY destination_id \
+         ), due AS ( \
+           SELECT id, destination_id, status, next_attempt_at FROM deliveries {due_index} \
+           WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
+             AND destination_id NOT IN (SELECT destination_id FROM busy WHERE n >= $4) \
+           ORDER BY next_attempt_at, id LIMIT {CLAIM_SCAN} \
+         ), ranked AS ( \
+           SELECT due.id, due.status, due.next_attempt_at, \
+             ROW_NUMBER() OVER (PARTITION BY due.destination_id ORDER BY due.next_attempt_at, due.id) \
+               + COALESCE(busy.n, 0) AS slot, \
+             ROW_NUMBER() OVER (PARTITION BY due.status ORDER BY due.next_attempt_at, due.id) AS nth \
+           FROM due LEFT JOIN busy ON busy.destination_id = due.destination_id \
+         ), chosen AS ( \
+           SELECT id FROM ranked WHERE slot <= $4 AND (status = 'pending' OR nth <= $5) \
+           ORDER BY next_attempt_at, id LIMIT $2 \
+         ) \
+         UPDATE deliveries SET status = 'sending', updated_at = $1, \
+           lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations t \
+                                                WHERE t.id = deliveries.destination_id) \
+         WHERE id IN (SELECT id FROM chosen) \
+         RETURNING {}",
+        DELIVERY
+    )
+}
+
+/// What the dispatch engine uses, and nothing else: the due queue, the records of
+/// attempts, the rate windows, and the reads of a delivery's destination, event and plan.
+#[async_trait]
+pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
+    /// Atomically moves up to `limit` due deliveries to `sending` under a lease of the
+    /// destination's timeout plus `lease_margin_ms`, and returns them, oldest due first,
+    /// never more than `limits.per_destination` in flight to one destination (counting
+    /// every instance's claims) and at most `limits.retries` deliveries that are retries.
+    async fn claim(
+        &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>>;
+    /// [`DispatchQueue::claim`] for the named destinations only: each one's earliest due
+    /// deliveries, up to its free in-flight slots, without looking at the rest of the
+    /// queue. The engine calls it for destinations it knows have work (a publish just
+    /// fanned out to them, an attempt to them just ended); its cost does not grow with
+    /// the backlog of other destinations.
+    async fn claim_for(
+        &self,
+        destinations: &[DestinationId],
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>>;
+    /// A rate limit said "not now" to a claimed delivery: give it back without using an
+    /// attempt, due at `until`, marked `rate_limited`, with every other due delivery of
+    /// the same scope (so they are not claimed only to be refused again).
+    async fn defer_rate_limited(
+        &self,
+        id: DeliveryId,
+        scope: RateScope,
+        until: UnixMs,
+        now: UnixMs,
+    ) -> Result<()>;
+    /// When the earliest waiting, unpaused delivery is due.
+    async fn next_due_at(&self) -> Result<Option<UnixMs>>;
+    /// Claims whose lease ran out (their worker crashed or was killed).
+    async fn expired_claims(&self, now: UnixMs, limit: i64) -> Result<Vec<Delivery>>;
+    /// Records an attempt and its consequences: the delivery's new state, the
+    /// destination's dead-letter streak, auto-disable and admin notifications.
+    async fn finish_attempt(
+        &self,
+        finished: &FinishedAttempt,
+        rule: &AutoDisable,
+        now: UnixMs,
+    ) -> Result<FinishEffects>;
+    /// Several finished attempts in one transaction (one commit for many attempts).
+    async fn finish_attempts(
+        &self,
+        batch: &[FinishedAttempt],
+        rule: &AutoDisable,
+        now: UnixMs,
+    ) -> Result<Vec<FinishEffects>>;
+    /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
+    async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
+    /// The destination a claimed delivery goes to.
+    async fn destination_of(&self, delivery: &Delivery) -> Result<Destination>;
+    /// The event a claimed delivery carries.
+    async fn event_of(&self, delivery: &Delivery) -> Result<Event>;
+    /// The plan of a space (its rate limit).
+    async fn plan_of(&self, space_id: SpaceId) -> Result<Plan>;
+    /// Takes a slot of at most `limit` per `window_ms` for `key`, or says when one frees.
+    async fn take_rate_slot(
+        &self,
+        key: &str,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<Slot>;
+    /// Takes up to `wanted` slots at once; returns how many were granted and, when fewer,
+    /// the milliseconds until the next one frees.
+    async fn take_rate_slots(
+        &self,
+        key: &str,
+        wanted: i64,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<(i64, i64)>;
+}
+
+#[async_trait]
+impl<D: Dialect> DispatchQueue for Store<D>
+where
+    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
+    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
+    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
+    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
+    usize: ColumnIndex<DbRow<D>>,
+    i64: SqlValue<D::DB>,
+    Option<i64>: SqlValue<D::DB>,
+    bool: SqlValue<D::DB>,
+    String: SqlValue<D::DB>,
+    Option<String>: SqlValue<D::DB>,
+{
+    async fn claim(
+        &self,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>> {
+        D::claim(self, now, limit, lease_margin_ms, limits).await
+    }
+
+    async fn claim_for(
+        &self,
+        destinations: &[DestinationId],
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<Vec<Delivery>> {
+        D::claim_for(self, destinations, now, limit, lease_margin_ms, limits).await
+    }
+
+    async fn defer_rate_limited(
+        &self,
+        id: DeliveryId,
+        scope: RateScope,
+        until: UnixMs,
+        now: UnixMs,
+    ) -> Result<()> {
+        let mut writer = self.writes.writer(Durability::Engine).await?;
+        let mut tx = writer.begin().await?;
+        sqlx::query(
+            "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
+             lease_expires_at = NULL, next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
+             WHERE id = $3 AND status = 'sending'",
+        )
+        .bind(until)
+        .bind(now)
+        .bind(id.to_string())
+        .execute(&mut *tx)
+        .await?;
+        let (column, key) = match scope {
+            RateScope::Destination(d) => ("destination_id", d.to_string()),
+            RateScope::Space(s) => ("space_id", s.to_string()),
+        };
+        sqlx::query(&format!(
+            "UPDATE deliveries SET next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
+             WHERE {column} = $3 AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at < $1"
+        ))
+        .bind(until)
+        .bind(now)
+        .bind(key)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn next_due_at(&self) -> Result<Option<UnixMs>> {
+        // The first entry of the due index (SQLite, without statistics, would otherwise
+        // walk every waiting delivery through the status index).
+        let sql = format!(
+            "SELECT next_attempt_at FROM deliveries {} \
+             WHERE status IN ('pending', 'retrying') AND paused = FALSE \
+             ORDER BY next_attempt_at LIMIT 1",
+            D::DUE_INDEX
+        );
+        let at: Option<Option<i64>> = sqlx::query_scalar(&sql)
+            .fetch_optional(&self.engine_read)
+            .await?;
+        Ok(at.flatten())
+    }
+
+    async fn expired_claims(&self, now: UnixMs, limit: i64) -> Result<Vec<Delivery>> {
+        let sql = format!(
+            "SELECT {} FROM deliveries WHERE status = 'sending' AND lease_expires_at < $1 \
+             ORDER BY lease_expires_at LIMIT $2",
+            DELIVERY
+        );
+        let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.engine_read)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn finish_attempt(
+        &self,
+        f: &FinishedAttempt,
+        rule: &AutoDisable,
+        now: UnixMs,
+    ) -> Result<FinishEffects> {
+        let mut writer = self.writes.writer(Durability::Engine).await?;
+        let mut tx = writer.begin().await?;
+        let effects = Self::finish_in(&mut tx, f, rule, now).await?;
+        tx.commit().await?;
+        Ok(effects)
+    }
+
+    async fn finish_attempts(
+        &self,
+        batch: &[FinishedAttempt],
+        rule: &AutoDisable,
+        now: UnixMs,
+    ) -> Result<Vec<FinishEffects>> {
+        let mut writer = self.writes.writer(Durability::Engine).await?;
+        let mut tx = writer.begin().await?;
+        let mut effects = Vec::with_capacity(batch.len());
+        for f in batch {
+            effects.push(Self::finish_in(&mut tx, f, rule, now).await?);
+        }
+        tx.commit().await?;
+        Ok(effects)
+    }
+
+    async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {
+        let query = sqlx::query(
+            "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
+             lease_expires_at = NULL, paused = $1, next_attempt_at = $2, updated_at = $2 \
+             WHERE id = $3 AND status = 'sending'",
+        )
+        .bind(pause)
+        .bind(now)
+        .bind(id.to_string());
+        self.execute(Durability::Engine, query).await?;
+        Ok(())
+    }
+
+    async fn take_rate_slot(
+        &self,
+        key: &str,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<Slot> {
+        match self.take_rate_slots(key, 1, limit, window_ms, now).await? {
+            (1, _) => Ok(Slot::Granted),
+            (_, wait) => Ok(Slot::Wait(wait)),
+        }
+    }
+
+    async fn take_rate_slots(
+        &self,
+        key: &str,
+        wanted: i64,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<(i64, i64)> {
+        let mut writer = self.writes.writer(Durability::Engine).await?;
+        let mut tx = writer.begin().await?;
+        // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
+        // concurrent callers on every instance count one after another.
+        sqlx::query(
+            "INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at",
+        )
+        .bind(key)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        // The slot is dated when the lock is granted, not when it was asked for: waiting
+        // for the lock must not make a window look older than it is.
+        let now = now.max(crate::clock::now_ms());
+        sqlx::query("DELETE FROM rate_events WHERE key = $1 AND at <= $2")
+            .bind(key)
+            .bind(now - window_ms)
+            .execute(&mut *tx)
+            .await?;
+        let (count, oldest): (i64, Option<i64>) =
+            sqlx::query_as("SELECT COUNT(*), MIN(at) FROM rate_events WHERE key = $1")
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await?;
+        let granted = wanted.min(limit - count).max(0);
+        for _ in 0..granted {
+            sqlx::query("INSERT INTO rate_events (key, at) VALUES ($1, $2)")
+                .bind(key)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        let wait = if granted < wanted {
+            (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
+        } else {
+            0
+        };
+        Ok((granted, wait))
+    }
+
+    async fn destination_of(&self, delivery: &Delivery) -> Result<Destination> {
+        self.get_destination(delivery.space_id, delivery.destination_id)
+            .await
+    }
+
+    async fn event_of(&self, delivery: &Delivery) -> Result<Event> {
+        self.get_event(delivery.space_id, delivery.event_id).await
+    }
+
+    async fn plan_of(&self, space_id: SpaceId) -> Result<Plan> {
+        Ok(self.get_space(space_id).await?.plan)
+    }
+}
+
+impl<D: Dialect> Store<D>
+where
+    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
+    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
+    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
+    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
+    usize: ColumnIndex<DbRow<D>>,
+    i64: SqlValue<D::DB>,
+    Option<i64>: SqlValue<D::DB>,
+    bool: SqlValue<D::DB>,
+    String: SqlValue<D::DB>,
+    Option<String>: SqlValue<D::DB>,
+{
+    /// One finished attempt and its consequences, inside `tx`.
+    async fn finish_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        f: &FinishedAttempt,
+        rule: &AutoDisable,
+        now: UnixMs,
+    ) -> Result<FinishEffects> {
+        let a = &f.attempt;
+        // The delivery first: it is the guard (still ours?) and, on SQLite, takes the write lock.
+        let (status, used, next_at, finished_at) = match f.next {
+            NextStep::Succeeded => (DeliveryStatus::Succeeded, 1_i64, None, Some(now)),
+            NextStep::Retry { at } => (DeliveryStatus::Retrying, 1, Some(at), None),
+            NextStep::DeadLetter => (DeliveryStatus::Failed, 1, None, Some(now)),
+            NextStep::Lost { retry_at, .. } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
+        };
+        let crashed = matches!(f.next, NextStep::Lost { crashed: true, .. });
+        // A crash-lost attempt adds to the delivery's lost streak (anything else ends
+        // it); the one that reaches the limit fails the delivery instead.
+        let given_up = "$10 AND lost_streak + 1 >= $11";
+        let sql = format!(
+            "UPDATE deliveries SET \
+               status = CASE WHEN {given_up} THEN 'failed' \
+                             WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
+               attempts = attempts + $2, lease_expires_at = NULL, \
+               next_attempt_at = CASE WHEN {given_up} THEN NULL ELSE $3 END, \
+               finished_at = CASE WHEN {given_up} THEN $6 ELSE $7 END, \
+               lost_streak = CASE WHEN $10 THEN lost_streak + 1 ELSE 0 END, \
+               last_error_class = $4, last_status_code = $5, updated_at = $6 \
+             WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9) \
+             RETURNING status, event_id"
+        );
+        let done: Option<(String, String)> = sqlx::query_as(&sql)
+            .bind(status.as_str())
+            .bind(used)
+            .bind(next_at)
+            .bind(a.error_class.map(|c| c.as_str()))
+            .bind(a.response_status)
+            .bind(now)
+            .bind(finished_at)
+            .bind(a.delivery_id.to_string())
+            .bind(f.only_if_lease_expired_before)
+            .bind(crashed)
+            .bind(crate::storage::LOST_IN_A_ROW_FAILS)
+            .fetch_optional(&mut **tx)
+            .await?;
+        let Some((new_status, event_id)) = done else {
+            // No longer ours (recovered by another worker): nothing was changed.
+            return Ok(FinishEffects::default());
+        };
+        let lost_for_good = crashed && new_status == DeliveryStatus::Failed.as_str();
+        let message = if lost_for_good {
+            Some(format!(
+                "{}; that is {} times in a row, so the delivery failed and is not tried again",
+                a.error_message.as_deref().unwrap_or("the attempt was lost"),
+                crate::storage::LOST_IN_A_ROW_FAILS
+            ))
+        } else {
+            a.error_message.clone()
+        };
+        sqlx::query(
+            "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
+             request_url, request_headers, request_body, response_status, response_headers, response_body, \
+             error_class, error_message) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+        )
+        .bind(a.id.to_string())
+        .bind(a.delivery_id.to_string())
+        .bind(a.space_id.to_string())
+        .bind(a.attempt_number)
+        .bind(a.started_at)
+        .bind(a.duration_ms)
+        .bind(&a.request_url)
+        .bind(a.request_headers.to_string())
+        .bind(&a.request_body)
+        .bind(a.response_status)
+        .bind(a.response_headers.as_ref().map(|h| h.to_string()))
+        .bind(&a.response_body)
+        .bind(a.error_class.map(|c| c.as_str()))
+        .bind(&message)
+        .execute(&mut **tx)
+        .await?;
+
+        let mut effects = FinishEffects {
+            applied: true,
+            lost_for_good,
+            ..Default::default()
+        };
+        let dst = f.destination_id.to_string();
+        if lost_for_good {
+            sqlx::query(
+                "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
+                 VALUES ($1, $2, 'delivery.lost', 'delivery', $3, $4, $5)",
+            )
+            .bind(NotificationId::new().to_string())
+            .bind(a.space_id.to_string())
+            .bind(a.delivery_id.to_string())
+            .bind(format!(
+                "Delivery {} (event {event_id}) was lost {} times in a row: the server stopped \
+                 while sending it each time. It was marked failed and is not tried again; \
+                 send it again once the cause is found.",
+                a.delivery_id,
+                crate::storage::LOST_IN_A_ROW_FAILS
+            ))
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+        }
+        match f.next {
+            NextStep::Succeeded => {
+                sqlx::query(
+                    "UPDATE destinations SET consecutive_dead_letters = 0 \
+                     WHERE id = $1 AND consecutive_dead_letters <> 0",
+                )
+                .bind(&dst)
+                .execute(&mut **tx)
+                .await?;
+            }
+            NextStep::DeadLetter => {
+                let (streak, url, status): (i64, String, String) = sqlx::query_as(
+                    "UPDATE destinations SET consecutive_dead_letters = consecutive_dead_letters + 1 \
+                     WHERE id = $1 RETURNING consecutive_dead_letters, url, status",
+                )
+                .bind(&dst)
+                .fetch_one(&mut **tx)
+                .await?;
+                effects.dead_letter_streak = Some(streak);
+                let active = status == DestinationStatus::Active.as_str();
+                let step = if active {
+                    rule.step(streak)
+                } else {
+                    StreakStep::Nothing
+                };
+                let message = match step {
+                    StreakStep::Nothing => None,
+                    StreakStep::Warn => {
+                        effects.warned = true;
+                        Some((
+                            "destination.failing",
+                            format!(
+                            "Destination {url} has dead-lettered {streak} deliveries in a row; \
+                             it will be disabled at {}.", rule.after
+                        ),
+                        ))
+                    }
+                    StreakStep::Disable => {
+                        effects.destination_disabled = true;
+                        let reason = format!("{streak} dead-lettered deliveries in a row");
+                        sqlx::query(
+                            "UPDATE destinations SET status = 'inactive', disabled_reason = $1, updated_at = $2 \
+                             WHERE id = $3",
+                        )
+                        .bind(&reason)
+                        .bind(now)
+                        .bind(&dst)
+                        .execute(&mut **tx)
+                        .await?;
+                        sqlx::query(
+                            "UPDATE deliveries SET paused = TRUE, updated_at = $1 \
+                             WHERE destination_id = $2 AND status IN ('pending', 'retrying')",
+                        )
+                        .bind(now)
+                        .bind(&dst)
+                        .execute(&mut **tx)
+                        .await?;
+                        Some(("destination.disabled", format!(
+                            "Destination {url} was disabled after {reason}. New events are not \
+                             delivered to it; waiting deliveries are paused until an admin re-enables it."
+                        )))
+                    }
+                };
+                if let Some((kind, message)) = message {
+                    sqlx::query(
+                        "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
+                         VALUES ($1, $2, $3, 'destination', $4, $5, $6)",
+                    )
+                    .bind(NotificationId::new().to_string())
+                    .bind(a.space_id.to_string())
+                    .bind(kind)
+                    .bind(&dst)
+                    .bind(message)
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+                }
+            }
+            NextStep::Retry { .. } | NextStep::Lost { .. } => {}
+        }
+        Ok(effects)
+    }
+}

@@ -1,0 +1,181 @@
+//! Spaces and their API keys.
+
+use async_trait::async_trait;
+use sqlx::{ColumnIndex, Executor, IntoArguments};
+
+use super::store::{convert_all, parse, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store};
+use super::write::Durability;
+use super::*;
+
+pub(super) const SPACE: &str = "id, name, plan, created_at";
+
+pub(super) const API_KEY: &str = "id, space_id, name, prefix, created_at, last_used_at, revoked_at";
+
+/// Spaces and API keys: the admin commands, the console's space pages and the API-key
+/// extractor of the REST API.
+#[async_trait]
+pub trait TenantStore: Send + Sync + std::fmt::Debug {
+    async fn create_space(&self, space: &Space) -> Result<()>;
+    async fn get_space(&self, id: SpaceId) -> Result<Space>;
+    async fn list_all_spaces(&self) -> Result<Vec<Space>>;
+    async fn create_api_key(&self, key: &ApiKey, key_hash: &str) -> Result<()>;
+    /// The live (not revoked) key with this hash.
+    async fn find_api_key_by_hash(&self, key_hash: &str) -> Result<ApiKey>;
+    /// A page of the space's keys, newest first (the REST API).
+    async fn list_api_keys(&self, space_id: SpaceId, page: Page<ApiKeyId>) -> Result<Vec<ApiKey>>;
+    /// Every key of the space, oldest first (the console).
+    async fn list_all_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>>;
+    async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()>;
+}
+
+#[async_trait]
+impl<D: Dialect> TenantStore for Store<D>
+where
+    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
+    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
+    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
+    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
+    usize: ColumnIndex<DbRow<D>>,
+    i64: SqlValue<D::DB>,
+    Option<i64>: SqlValue<D::DB>,
+    bool: SqlValue<D::DB>,
+    String: SqlValue<D::DB>,
+    Option<String>: SqlValue<D::DB>,
+{
+    async fn create_space(&self, s: &Space) -> Result<()> {
+        let query =
+            sqlx::query("INSERT INTO spaces (id, name, plan, created_at) VALUES ($1, $2, $3, $4)")
+                .bind(s.id.to_string())
+                .bind(&s.name)
+                .bind(s.plan.as_str())
+                .bind(s.created_at);
+        self.execute(Durability::Full, query).await?;
+        Ok(())
+    }
+
+    async fn get_space(&self, id: SpaceId) -> Result<Space> {
+        let sql = format!("SELECT {} FROM spaces WHERE id = $1", SPACE);
+        sqlx::query_as::<_, SpaceRow>(&sql)
+            .bind(id.to_string())
+            .fetch_one(&self.read)
+            .await?
+            .try_into()
+    }
+
+    async fn list_all_spaces(&self) -> Result<Vec<Space>> {
+        let sql = format!("SELECT {} FROM spaces ORDER BY name, id", SPACE);
+        let rows = sqlx::query_as::<_, SpaceRow>(&sql)
+            .fetch_all(&self.read)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn create_api_key(&self, k: &ApiKey, key_hash: &str) -> Result<()> {
+        let query = sqlx::query(
+            "INSERT INTO api_keys (id, space_id, name, prefix, key_hash, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(k.id.to_string())
+        .bind(k.space_id.to_string())
+        .bind(&k.name)
+        .bind(&k.prefix)
+        .bind(key_hash)
+        .bind(k.created_at);
+        self.execute(Durability::Full, query).await?;
+        Ok(())
+    }
+
+    async fn find_api_key_by_hash(&self, key_hash: &str) -> Result<ApiKey> {
+        let sql = format!(
+            "SELECT {} FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL",
+            API_KEY
+        );
+        sqlx::query_as::<_, ApiKeyRow>(&sql)
+            .bind(key_hash)
+            .fetch_one(&self.read)
+            .await?
+            .try_into()
+    }
+
+    async fn list_api_keys(&self, space_id: SpaceId, page: Page<ApiKeyId>) -> Result<Vec<ApiKey>> {
+        let rows: Vec<ApiKeyRow> = self
+            .keyset_page(
+                (API_KEY, "api_keys"),
+                ("space_id", space_id.to_string()),
+                "",
+                page,
+            )
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn list_all_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>> {
+        let sql = format!(
+            "SELECT {} FROM api_keys WHERE space_id = $1 ORDER BY id",
+            API_KEY
+        );
+        let rows = sqlx::query_as::<_, ApiKeyRow>(&sql)
+            .bind(space_id.to_string())
+            .fetch_all(&self.read)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()> {
+        self.write_one(
+            sqlx::query(
+            "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(id.to_string())
+        .bind(space_id.to_string()),
+        )
+        .await
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct SpaceRow {
+    id: String,
+    name: String,
+    plan: String,
+    created_at: i64,
+}
+
+impl TryFrom<SpaceRow> for Space {
+    type Error = StorageError;
+    fn try_from(r: SpaceRow) -> Result<Self, StorageError> {
+        Ok(Space {
+            id: parse("spaces.id", &r.id)?,
+            name: r.name,
+            plan: parse("spaces.plan", &r.plan)?,
+            created_at: r.created_at,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct ApiKeyRow {
+    id: String,
+    space_id: String,
+    name: String,
+    prefix: String,
+    created_at: i64,
+    last_used_at: Option<i64>,
+    revoked_at: Option<i64>,
+}
+
+impl TryFrom<ApiKeyRow> for ApiKey {
+    type Error = StorageError;
+    fn try_from(r: ApiKeyRow) -> Result<Self, StorageError> {
+        Ok(ApiKey {
+            id: parse("api_keys.id", &r.id)?,
+            space_id: parse("api_keys.space_id", &r.space_id)?,
+            name: r.name,
+            prefix: r.prefix,
+            created_at: r.created_at,
+            last_used_at: r.last_used_at,
+            revoked_at: r.revoked_at,
+        })
+    }
+}
