@@ -86,30 +86,7 @@ where
         page: Page<DeliveryId>,
     ) -> Result<Vec<Delivery>> {
         let mut q = Sql::<D>::new(format!("SELECT {} FROM deliveries WHERE 1 = 1", DELIVERY));
-        if let Some(space) = f.space_id {
-            q.push(" AND space_id = ").push_bind(space.to_string());
-        }
-        if let Some(status) = f.status {
-            q.push(" AND status = ").push_bind(status.as_str());
-        }
-        if let Some(dst) = f.destination_id {
-            q.push(" AND destination_id = ").push_bind(dst.to_string());
-        }
-        if let Some(t) = &f.event_type {
-            q.push(" AND event_type = ").push_bind(t.clone());
-        }
-        if let Some(class) = f.error_class {
-            q.push(" AND last_error_class = ").push_bind(class.as_str());
-        }
-        // Time bounds become ID bounds: IDs sort by creation time, and the indexes end in `id`.
-        if let Some(since) = f.since {
-            q.push(" AND id >= ")
-                .push_bind(DeliveryId::lower_bound_at(since).to_string());
-        }
-        if let Some(until) = f.until {
-            q.push(" AND id < ")
-                .push_bind(DeliveryId::lower_bound_at(until).to_string());
-        }
+        push_filter(&mut q, f);
         if let Some(before) = page.before {
             q.push(" AND id < ").push_bind(before.to_string());
         }
@@ -388,5 +365,38 @@ impl TryFrom<AttemptRow> for Attempt {
             error_class: parse_opt("attempts.error_class", r.error_class)?,
             error_message: r.error_message,
         })
+    }
+}
+
+/// The conditions of a [`DeliveryFilter`], appended after `… WHERE 1 = 1`: the listing and
+/// the count ([`super::stats`]) select the same deliveries.
+pub(super) fn push_filter<D: Dialect>(q: &mut Sql<'_, D>, f: &DeliveryFilter)
+where
+    for<'q> &'q str: SqlArg<'q, D::DB>,
+    String: SqlValue<D::DB>,
+{
+    if let Some(space) = f.space_id {
+        q.push(" AND space_id = ").push_bind(space.to_string());
+    }
+    if let Some(status) = f.status {
+        q.push(" AND status = ").push_bind(status.as_str());
+    }
+    if let Some(dst) = f.destination_id {
+        q.push(" AND destination_id = ").push_bind(dst.to_string());
+    }
+    if let Some(t) = &f.event_type {
+        q.push(" AND event_type = ").push_bind(t.clone());
+    }
+    if let Some(class) = f.error_class {
+        q.push(" AND last_error_class = ").push_bind(class.as_str());
+    }
+    // Time bounds become ID bounds: IDs sort by creation time, and the indexes end in `id`.
+    if let Some(since) = f.since {
+        q.push(" AND id >= ")
+            .push_bind(DeliveryId::lower_bound_at(since).to_string());
+    }
+    if let Some(until) = f.until {
+        q.push(" AND id < ")
+            .push_bind(DeliveryId::lower_bound_at(until).to_string());
     }
 }

@@ -70,29 +70,7 @@ where
         cap: i64,
     ) -> Result<i64> {
         let mut q = Sql::<D>::new("SELECT COUNT(*) FROM (SELECT 1 FROM deliveries WHERE 1 = 1");
-        if let Some(space) = f.space_id {
-            q.push(" AND space_id = ").push_bind(space.to_string());
-        }
-        if let Some(status) = f.status {
-            q.push(" AND status = ").push_bind(status.as_str());
-        }
-        if let Some(dst) = f.destination_id {
-            q.push(" AND destination_id = ").push_bind(dst.to_string());
-        }
-        if let Some(t) = &f.event_type {
-            q.push(" AND event_type = ").push_bind(t.clone());
-        }
-        if let Some(class) = f.error_class {
-            q.push(" AND last_error_class = ").push_bind(class.as_str());
-        }
-        if let Some(since) = f.since {
-            q.push(" AND id >= ")
-                .push_bind(DeliveryId::lower_bound_at(since).to_string());
-        }
-        if let Some(until) = f.until {
-            q.push(" AND id < ")
-                .push_bind(DeliveryId::lower_bound_at(until).to_string());
-        }
+        super::deliveries::push_filter(&mut q, f);
         if let Some(before) = before {
             q.push(" AND id < ").push_bind(before.to_string());
         }
