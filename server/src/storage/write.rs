@@ -122,14 +122,16 @@ impl<'g, DB: Database> Writer<'g, DB>
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
 {
-    /// Runs one statement on its own, outside a transaction (it commits by itself).
+    /// Runs one statement on its own, outside a transaction (it commits by itself). A
+    /// statement that ran to its end, failed or not, leaves no transaction behind, so the
+    /// connection goes back to the pool; one dropped midway is closed.
     pub async fn execute<'q, A>(mut self, query: Query<'q, DB, A>) -> sqlx::Result<DB::QueryResult>
     where
         A: 'q + IntoArguments<'q, DB>,
     {
-        let done = query.execute(&mut *self.conn).await?;
+        let done = query.execute(&mut *self.conn).await;
         self.clean = true;
-        Ok(done)
+        done
     }
 
     /// Runs one statement that returns rows on its own, outside a transaction.
@@ -138,9 +140,9 @@ where
         A: 'q + IntoArguments<'q, DB>,
         O: Send + Unpin + for<'r> FromRow<'r, DB::Row>,
     {
-        let rows = query.fetch_all(&mut *self.conn).await?;
+        let rows = query.fetch_all(&mut *self.conn).await;
         self.clean = true;
-        Ok(rows)
+        rows
     }
 }
 
