@@ -121,13 +121,8 @@ where
     }
 
     async fn list_all_channels(&self, space_id: SpaceId) -> Result<Vec<Channel>> {
-        let sql = format!(
-            "SELECT {} FROM channels WHERE space_id = $1 ORDER BY name",
-            CHANNEL
-        );
-        let rows = sqlx::query_as::<_, ChannelRow>(&sql)
-            .bind(space_id.to_string())
-            .fetch_all(&self.read)
+        let rows: Vec<ChannelRow> = self
+            .all_of_space((CHANNEL, "channels"), space_id, "name")
             .await?;
         convert_all(rows)
     }

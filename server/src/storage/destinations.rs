@@ -140,13 +140,8 @@ where
     }
 
     async fn list_all_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>> {
-        let sql = format!(
-            "SELECT {} FROM destinations WHERE space_id = $1 ORDER BY id",
-            DESTINATION
-        );
-        let rows = sqlx::query_as::<_, DestinationRow>(&sql)
-            .bind(space_id.to_string())
-            .fetch_all(&self.read)
+        let rows: Vec<DestinationRow> = self
+            .all_of_space((DESTINATION, "destinations"), space_id, "id")
             .await?;
         convert_all(rows)
     }

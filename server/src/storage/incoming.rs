@@ -121,13 +121,8 @@ where
     }
 
     async fn list_all_incoming_webhooks(&self, space_id: SpaceId) -> Result<Vec<IncomingWebhook>> {
-        let sql = format!(
-            "SELECT {} FROM incoming_webhooks WHERE space_id = $1 ORDER BY id",
-            INCOMING_WEBHOOK
-        );
-        let rows = sqlx::query_as::<_, IncomingWebhookRow>(&sql)
-            .bind(space_id.to_string())
-            .fetch_all(&self.read)
+        let rows: Vec<IncomingWebhookRow> = self
+            .all_of_space((INCOMING_WEBHOOK, "incoming_webhooks"), space_id, "id")
             .await?;
         convert_all(rows)
     }
@@ -262,11 +257,7 @@ where
     }
 
     async fn list_all_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>> {
-        let sql = format!("SELECT {} FROM bots WHERE space_id = $1 ORDER BY id", BOT);
-        let rows = sqlx::query_as::<_, BotRow>(&sql)
-            .bind(space_id.to_string())
-            .fetch_all(&self.read)
-            .await?;
+        let rows: Vec<BotRow> = self.all_of_space((BOT, "bots"), space_id, "id").await?;
         convert_all(rows)
     }
 

@@ -209,6 +209,24 @@ where
             .fetch_all(&self.read)
             .await?)
     }
+
+    /// Every row of `table` that belongs to the space, ordered by `order` (SQL text): the
+    /// console's every-row reads.
+    pub(super) async fn all_of_space<R>(
+        &self,
+        (columns, table): (&'static str, &'static str),
+        space_id: crate::domain::SpaceId,
+        order: &'static str,
+    ) -> Result<Vec<R>>
+    where
+        R: for<'r> sqlx::FromRow<'r, DbRow<D>> + Send + Unpin,
+    {
+        let sql = format!("SELECT {columns} FROM {table} WHERE space_id = $1 ORDER BY {order}");
+        Ok(sqlx::query_as::<_, R>(&sql)
+            .bind(space_id.to_string())
+            .fetch_all(&self.read)
+            .await?)
+    }
 }
 
 #[async_trait]

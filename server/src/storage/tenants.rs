@@ -110,13 +110,8 @@ where
     }
 
     async fn list_all_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>> {
-        let sql = format!(
-            "SELECT {} FROM api_keys WHERE space_id = $1 ORDER BY id",
-            API_KEY
-        );
-        let rows = sqlx::query_as::<_, ApiKeyRow>(&sql)
-            .bind(space_id.to_string())
-            .fetch_all(&self.read)
+        let rows: Vec<ApiKeyRow> = self
+            .all_of_space((API_KEY, "api_keys"), space_id, "id")
             .await?;
         convert_all(rows)
     }
