@@ -259,11 +259,14 @@ where
 
 /// SQL text and its arguments, built together: what sqlx's `QueryBuilder` does, in a shape
 /// generic code can run (a `QueryBuilder` is borrowed by the query it builds, which generic
-/// code cannot prove lives long enough). Placeholders are `$n`, which both backends read.
+/// code cannot prove lives long enough). Placeholders are each backend's own, written by
+/// its arguments as `QueryBuilder` does: `$n` on PostgreSQL, a bare `?` on SQLite, which
+/// binds by position (SQLite looks a `$n` up by name, a linear search per parameter that
+/// made a 5,000-value fan-out INSERT quadratic). So the text given to [`Sql::new`] and
+/// [`Sql::push`] carries no placeholders of its own.
 pub(super) struct Sql<'a, D: Dialect> {
     text: String,
     args: Args<'a, D>,
-    binds: usize,
     error: Option<sqlx::error::BoxDynError>,
 }
 
@@ -272,7 +275,6 @@ impl<'a, D: Dialect> Sql<'a, D> {
         Self {
             text: text.into(),
             args: Default::default(),
-            binds: 0,
             error: None,
         }
     }
@@ -293,9 +295,8 @@ impl<'a, D: Dialect> Sql<'a, D> {
         if let Err(e) = self.args.add(value) {
             self.error.get_or_insert(e);
         }
-        self.binds += 1;
-        let n = self.binds;
-        self.push(format_args!("${n}"))
+        let _ = self.args.format_placeholder(&mut self.text);
+        self
     }
 
     /// Appends `VALUES (…), (…)`, one row per item, its values written by `row`.
