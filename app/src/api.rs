@@ -244,6 +244,7 @@ pub async fn create_destination(
     #[server(default)] rate_count: String,
     #[server(default)] rate_period: String,
     #[server(default)] transformation: String,
+    #[server(default)] filter: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -262,6 +263,7 @@ pub async fn create_destination(
         rate_count,
         rate_period,
         transformation,
+        filter,
     };
     let notice = crate::port::backend()?
         .create_destination(&user, &form)
@@ -287,6 +289,7 @@ pub async fn update_destination(
     #[server(default)] rate_count: String,
     #[server(default)] rate_period: String,
     #[server(default)] transformation: String,
+    #[server(default)] filter: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -305,11 +308,26 @@ pub async fn update_destination(
         rate_count,
         rate_period,
         transformation,
+        filter,
     };
     let notice = crate::port::backend()?
         .update_destination(&user, &form)
         .await?;
     crate::guard::answer(notice, None).await
+}
+
+/// The destination form's "Try it" box: the filter and transformation as typed, run on
+/// `sample` in the server's sandbox (admins only, as editing is; the sample is bounded).
+#[server(endpoint = "try_destination")]
+pub async fn try_destination(
+    #[server(default)] filter: String,
+    #[server(default)] transformation: String,
+    sample: String,
+) -> Result<TryOutcome, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    crate::port::backend()?
+        .try_destination(&user, &filter, &transformation, &sample)
+        .await
 }
 
 /// Sends a `partyflow.test` event to this destination only; the notice links to its delivery.

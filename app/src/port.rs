@@ -133,6 +133,15 @@ pub trait SettingsPort: Send + Sync {
     /// Publishes a `partyflow.test` event delivered to this destination only, through the
     /// engine like any other; the notice links to the delivery.
     async fn send_test_event(&self, actor: &SessionUser, id: &str) -> R<Notice>;
+    /// Runs a filter and a transformation as typed in the form (not saved) on a sample
+    /// payload, in the server's sandbox: the "Try it" box.
+    async fn try_destination(
+        &self,
+        actor: &SessionUser,
+        filter: &str,
+        transformation: &str,
+        sample: &str,
+    ) -> R<TryOutcome>;
 }
 
 /// The console's users: the list, disabling and deleting (admin only).

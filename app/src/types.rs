@@ -341,6 +341,10 @@ pub struct DestinationView {
     pub failed_unresent: i64,
     pub has_transformation: bool,
     pub created_at: i64,
+    /// The jq expression a payload must make `true`; `None` for none.
+    pub filter: Option<String>,
+    /// Events the filter kept out.
+    pub filtered_events: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -539,6 +543,28 @@ pub struct DestinationForm {
     /// A jq program; empty for none.
     #[serde(default)]
     pub transformation: String,
+    /// A jq expression on the payload; empty for none.
+    #[serde(default)]
+    pub filter: String,
+}
+
+/// What a filter says of a sample payload, in the destination form's "Try it" box.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FilterVerdict {
+    /// `true`: the event would be delivered.
+    Passes,
+    /// `false` or `null`: no delivery.
+    FilteredOut,
+    /// The filter failed: the delivery would fail with this message.
+    Failed(String),
+}
+
+/// The "Try it" box's answer: the filter's verdict and the transformation's output
+/// (or why it failed), each `None` when the form has none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TryOutcome {
+    pub filter: Option<FilterVerdict>,
+    pub transformed: Option<Result<String, String>>,
 }
 
 /// What the edit page of a destination shows: its current settings as the form's values.

@@ -142,6 +142,9 @@ fn detail_view(d: DestinationDetail, admin: bool, a: Actions) -> impl IntoView {
                 <dt>"Timeout"</dt><dd>{v.timeout_seconds} " s"</dd>
                 <dt>"Transformation"</dt><dd>{if v.has_transformation { "yes (jq)" } else { "none" }}</dd>
                 <dt>"Created"</dt><dd>{fmt_time(v.created_at)} " UTC"</dd>
+                <dt>"Filter"</dt>
+                <dd class="mono" data-testid="filter">{v.filter.clone().unwrap_or_else(|| "none".into())}</dd>
+                <dt>"Filtered events"</dt><dd data-testid="filtered-events">{v.filtered_events}</dd>
             </dl>
         </section>
         {d.secret.clone().map(|secret| view! {

@@ -1,5 +1,7 @@
 //! A destination's settings (admins only): URL, description, event types, rate
-//! limit, timeout, retry policy (a preset and its overrides) and transformation.
+//! limit, timeout, retry policy (a preset and its overrides), transformation and
+//! filter, with a "Try it" box that runs the filter and the transformation as typed
+//! on a sample payload, in the server's sandbox, before anything is saved.
 //! The server checks them by the REST API's rules and says what is wrong; a plain
 //! form post works without JavaScript. [`SettingsFields`] is shared with the form
 //! for a new destination.
@@ -8,9 +10,10 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::{get_destination_edit, UpdateDestination};
+use crate::api::{get_destination_edit, TryDestination, UpdateDestination};
 use crate::components::{console, load_error, select_options, use_mutation, StatusBadge};
-use crate::types::{DestinationEdit, DestinationForm};
+use crate::error::ConsoleError;
+use crate::types::{DestinationEdit, DestinationForm, FilterVerdict, TryOutcome};
 
 #[component]
 pub fn DestinationEditPage() -> impl IntoView {
@@ -106,6 +109,8 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
     } else {
         f.preset.clone()
     };
+    let filter = NodeRef::<leptos::html::Textarea>::new();
+    let transformation = NodeRef::<leptos::html::Textarea>::new();
     let period = if f.rate_period.is_empty() {
         "second".to_owned()
     } else {
@@ -167,8 +172,88 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
         <fieldset>
             <legend>"Transformation"</legend>
             <label>"A jq program applied to each payload before it is sent (empty for none)"
-                <textarea name="transformation" rows="4" spellcheck="false" class="mono" placeholder="e.g. {id: .id, text: .text}">{f.transformation}</textarea>
+                <textarea name="transformation" node_ref=transformation rows="4" spellcheck="false" class="mono" data-testid="transformation" placeholder="e.g. {id: .id, text: .text}">{f.transformation}</textarea>
             </label>
         </fieldset>
+        <fieldset>
+            <legend>"Filter"</legend>
+            <label>"A jq expression on each payload: only true delivers the event; false or null keeps it out (empty for none)"
+                <textarea name="filter" node_ref=filter rows="2" spellcheck="false" class="mono" data-testid="filter" placeholder=r#"e.g. .total > 100 and .currency == "EUR""#>{f.filter}</textarea>
+            </label>
+            <p class="small muted">
+                "Any other value, an error or a program stopped by the sandbox's limits fails that event's delivery (error class transformation)."
+            </p>
+        </fieldset>
+        <TryIt filter transformation/>
     }
+}
+
+/// The "Try it" box: the filter and transformation as typed in the form, run on a
+/// sample payload by the server's sandbox; nothing is saved or sent. The sample has no
+/// `name`, so saving the form does not post it. Needs JavaScript.
+#[component]
+fn TryIt(
+    filter: NodeRef<leptos::html::Textarea>,
+    transformation: NodeRef<leptos::html::Textarea>,
+) -> impl IntoView {
+    let sample = NodeRef::<leptos::html::Textarea>::new();
+    let run = ServerAction::<TryDestination>::new();
+    let pending = run.pending();
+    let typed = |r: NodeRef<leptos::html::Textarea>| r.get().map(|t| t.value()).unwrap_or_default();
+    let on_try = move |_| {
+        run.dispatch(TryDestination {
+            filter: typed(filter),
+            transformation: typed(transformation),
+            sample: typed(sample),
+        });
+    };
+    view! {
+        <fieldset class="try-it" data-testid="try-it">
+            <legend>"Try it"</legend>
+            <label>"A sample payload (JSON, at most 64 KiB)"
+                <textarea node_ref=sample rows="5" spellcheck="false" class="mono" data-testid="try-sample" placeholder=r#"{"total": 150, "currency": "EUR"}"#></textarea>
+            </label>
+            <div class="actions">
+                <button type="button" class="secondary" data-testid="try-button" on:click=on_try disabled=move || pending.get()>
+                    {move || if pending.get() { "Trying…" } else { "Try the filter and transformation" }}
+                </button>
+                <span class="small muted">"Uses what is typed above, unsaved; runs in the server's sandbox and sends nothing."</span>
+            </div>
+            <div data-testid="try-result" role="status">
+                {move || run.value().get().map(tried_view)}
+            </div>
+        </fieldset>
+    }
+}
+
+fn tried_view(r: Result<TryOutcome, ConsoleError>) -> AnyView {
+    let t = match r {
+        Ok(t) => t,
+        Err(e) => {
+            return view! { <p class="error-text" role="alert">{e.to_string()}</p> }.into_any()
+        }
+    };
+    let filter = match t.filter {
+        None => view! { <p data-testid="try-verdict">"No filter: every event is delivered."</p> }.into_any(),
+        Some(FilterVerdict::Passes) => view! {
+            <p class="ok-text" data-testid="try-verdict">"Filter: passes. The event would be delivered."</p>
+        }.into_any(),
+        Some(FilterVerdict::FilteredOut) => view! {
+            <p class="muted" data-testid="try-verdict"><strong>"Filter: filtered out."</strong> " No delivery; it would count as a filtered event."</p>
+        }.into_any(),
+        Some(FilterVerdict::Failed(why)) => view! {
+            <p class="error-text" data-testid="try-verdict">"Filter: error. The delivery would fail: " {why}</p>
+        }.into_any(),
+    };
+    let transformed = match t.transformed {
+        None => view! { <p class="muted" data-testid="try-output">"No transformation: the payload is sent as it is."</p> }.into_any(),
+        Some(Ok(json)) => view! {
+            <p>"The transformation makes:"</p>
+            <pre class="code" data-testid="try-output">{json}</pre>
+        }.into_any(),
+        Some(Err(why)) => view! {
+            <p class="error-text" data-testid="try-output">"Transformation: error. " {why}</p>
+        }.into_any(),
+    };
+    view! { {filter} {transformed} }.into_any()
 }

@@ -10,3 +10,4 @@ mod login;
 mod manage;
 mod notifications;
 mod roles;
+mod try_it;

@@ -624,6 +624,8 @@ async fn bench() -> anyhow::Result<()> {
                 disabled_reason: None,
                 created_at: now,
                 updated_at: now,
+                filter: None,
+                filtered_events: 0,
             };
             storage.create_destination(&d).await?;
         }
@@ -704,6 +706,7 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
         },
         idempotency_key: None,
         request_hash: String::new(),
+        filters: Default::default(),
     };
     bench
         .storage

@@ -18,6 +18,7 @@ use crate::dispatch::retry::RetryPolicy;
 use crate::domain::Role;
 use crate::domain::*;
 use crate::ops::destinations::{self, Changes, NewSettings, SettingsError};
+use crate::ops::filters;
 use crate::storage::StorageError;
 
 /// The event type of a test event (docs §6).
@@ -39,6 +40,7 @@ struct Read {
     timeout_seconds: Option<i64>,
     retry_policy: Value,
     transformation: Option<String>,
+    filter: Option<String>,
 }
 
 fn whole(v: &str, what: &str) -> Result<Option<i64>, ConsoleError> {
@@ -111,6 +113,7 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         policy.insert("retryAfter".into(), json!(f.retry_after.trim()));
     }
     let transformation = f.transformation.trim();
+    let filter = f.filter.trim();
     Ok(Read {
         url: f.url.trim().to_owned(),
         description: f.description.trim().to_owned(),
@@ -121,6 +124,7 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         retry_policy: Value::Object(policy),
         // Kept as typed (line breaks and all), unless it is blank.
         transformation: (!transformation.is_empty()).then(|| f.transformation.clone()),
+        filter: (!filter.is_empty()).then(|| f.filter.clone()),
     })
 }
 
@@ -136,6 +140,7 @@ pub fn new_settings(f: &DestinationForm) -> Result<NewSettings, ConsoleError> {
         timeout_seconds: r.timeout_seconds,
         retry_policy: Some(r.retry_policy),
         transformation: r.transformation,
+        filter: r.filter,
     })
 }
 
@@ -152,6 +157,7 @@ pub fn changes(f: &DestinationForm) -> Result<Changes, ConsoleError> {
         timeout_seconds: Some(r.timeout_seconds.unwrap_or(30)),
         retry_policy: Some(r.retry_policy),
         transformation: Some(r.transformation),
+        filter: Some(r.filter),
     })
 }
 
@@ -184,6 +190,7 @@ pub fn form_of(d: &Destination) -> DestinationForm {
             .map_or("second", |r| r.period.as_str())
             .to_owned(),
         transformation: d.transformation.clone().unwrap_or_default(),
+        filter: d.filter.clone().unwrap_or_default(),
         ..Default::default()
     };
     if let Ok(p) = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {
@@ -307,11 +314,32 @@ impl SettingsPort for Backend {
             }),
             created_at: now,
         };
-        let delivery = match self.storage.publish_test_event(&event, d.id, now).await {
-            Ok(delivery) => delivery,
+        // The destination's filter judges a test event as any other (docs §2.12).
+        let filters = filters::verdicts_of(std::slice::from_ref(&d), &self.sandbox, &event)
+            .await
+            .map_err(super::refused)?;
+        let delivery = match self
+            .storage
+            .publish_test_event(&event, d.id, &filters, now)
+            .await
+        {
+            Ok(Some(delivery)) => delivery,
+            Ok(None) => {
+                return Ok(Notice::new(format!(
+                    "The filter of {} kept the test event out: it was not delivered (it counts as a filtered event).",
+                    d.url
+                )))
+            }
             Err(StorageError::Conflict(_)) => return Err(inactive()),
             Err(e) => return Err(storage_error(e, "destination")),
         };
+        if !filters.failed.is_empty() {
+            return Ok(Notice::new(format!(
+                "The filter of {} failed on the test event, so its delivery failed.",
+                d.url
+            ))
+            .with_link("Open its delivery", format!("/deliveries/{delivery}")));
+        }
         self.engine.wake();
         tracing::info!(destination.id = %d.id, delivery.id = %delivery, user.id = %actor.id, "console: test event sent");
         Ok(Notice::new(format!(
@@ -319,6 +347,38 @@ impl SettingsPort for Backend {
             d.url
         ))
         .with_link("Open its delivery", format!("/deliveries/{delivery}")))
+    }
+
+    async fn try_destination(
+        &self,
+        actor: &SessionUser,
+        filter: &str,
+        transformation: &str,
+        sample: &str,
+    ) -> Result<TryOutcome, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        let tried = filters::try_it(&self.sandbox, filter, transformation, sample)
+            .await
+            .map_err(super::refused)?;
+        Ok(try_outcome(tried))
+    }
+}
+
+/// The "Try it" box's answer, for the wire; the transformation's output pretty-printed.
+fn try_outcome(t: filters::Tried) -> TryOutcome {
+    TryOutcome {
+        filter: t.filter.map(|v| match v {
+            filters::Verdict::Passes => FilterVerdict::Passes,
+            filters::Verdict::FilteredOut => FilterVerdict::FilteredOut,
+            filters::Verdict::Failed(why) => FilterVerdict::Failed(why),
+        }),
+        transformed: t.transformed.map(|r| {
+            r.map(|json| {
+                serde_json::from_str::<Value>(&json)
+                    .and_then(|v| serde_json::to_string_pretty(&v))
+                    .unwrap_or(json)
+            })
+        }),
     }
 }
 

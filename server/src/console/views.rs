@@ -168,6 +168,8 @@ pub fn destination(
         failed_unresent,
         has_transformation: d.transformation.is_some(),
         created_at: d.created_at,
+        filter: d.filter.clone(),
+        filtered_events: d.filtered_events,
     }
 }
 

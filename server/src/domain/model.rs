@@ -108,6 +108,11 @@ pub struct Destination {
     pub disabled_reason: Option<String>,
     pub created_at: UnixMs,
     pub updated_at: UnixMs,
+    /// A jq expression run on each payload at publish: only `true` lets the event
+    /// through (`ops::filters`).
+    pub filter: Option<String>,
+    /// Events its filter kept out.
+    pub filtered_events: i64,
 }
 
 impl Destination {

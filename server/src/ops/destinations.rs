@@ -69,6 +69,8 @@ pub struct NewSettings {
     pub retry_policy: Option<Value>,
     /// A jq program; blank means none.
     pub transformation: Option<String>,
+    /// A jq expression on the payload (`ops::filters`); blank means none.
+    pub filter: Option<String>,
 }
 
 /// Changes to a destination: `None` leaves a setting as it is; for the settings
@@ -88,6 +90,8 @@ pub struct Changes {
     pub retry_policy: Option<Value>,
     /// `Some(None)` (or a blank program): no transformation.
     pub transformation: Option<Option<String>>,
+    /// `Some(None)` (or a blank expression): no filter.
+    pub filter: Option<Option<String>>,
 }
 
 /// Checks every setting and makes the destination, with a new signing secret.
@@ -118,6 +122,8 @@ pub async fn create(
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        filter: check_filter(s.filter, programs).await?,
+        filtered_events: 0,
     })
 }
 
@@ -158,6 +164,9 @@ pub async fn apply(
     }
     if let Some(program) = c.transformation {
         next.transformation = check_transformation(program, programs).await?;
+    }
+    if let Some(filter) = c.filter {
+        next.filter = check_filter(filter, programs).await?;
     }
     next.updated_at = now;
     *d = next;
@@ -271,6 +280,20 @@ async fn check_transformation(
     }
 }
 
+/// A filter is a jq program like a transformation, checked the same way on save.
+async fn check_filter(
+    filter: Option<String>,
+    programs: &impl ProgramCheck,
+) -> Result<Option<String>, SettingsError> {
+    check_transformation(filter, programs)
+        .await
+        .map_err(|e| SettingsError {
+            code: "invalid_filter",
+            setting: "Filter",
+            ..e
+        })
+}
+
 fn check_description(d: Option<String>) -> Result<String, SettingsError> {
     let d = d.unwrap_or_default();
     if d.chars().count() > 1000 {
@@ -366,6 +389,39 @@ mod tests {
             ("invalid_transformation", "Transformation")
         );
         assert!(e.message.contains("does not compile"), "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn a_filter_is_checked_like_a_transformation_and_can_be_cleared() {
+        let with = |filter: &str| NewSettings {
+            filter: Some(filter.into()),
+            ..new("https://example.com")
+        };
+        let e = create(SpaceId::new(), with(".total >"), 1, &InProcess)
+            .await
+            .unwrap_err();
+        assert_eq!((e.code, e.setting), ("invalid_filter", "Filter"));
+        assert!(e.message.contains("does not compile"), "{}", e.message);
+
+        let mut d = create(SpaceId::new(), with(".total > 100"), 1, &InProcess)
+            .await
+            .unwrap();
+        assert_eq!(d.filter.as_deref(), Some(".total > 100"));
+        let refused = Changes {
+            filter: Some(Some("(".into())),
+            ..Default::default()
+        };
+        assert!(apply(&mut d, refused, 2, &InProcess).await.is_err());
+        assert_eq!(d.filter.as_deref(), Some(".total > 100"));
+        for cleared in [None, Some("  ".to_owned())] {
+            let mut d = d.clone();
+            let c = Changes {
+                filter: Some(cleared),
+                ..Default::default()
+            };
+            apply(&mut d, c, 3, &InProcess).await.unwrap();
+            assert_eq!(d.filter, None);
+        }
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::filters::{self, ProgramRun};
 use super::OpsError;
 use crate::clock::rfc3339;
 use crate::dispatch::engine::EngineHandle;
@@ -142,16 +143,17 @@ pub fn payload(message: &Message) -> Result<Value, OpsError> {
 }
 
 /// Stores a message in `channel` and its `message.created` event fanned out to the
-/// subscribed destinations, in one transaction; hints the engine about the destinations
+/// subscribed destinations (their filters run first, by `programs`), in one transaction; hints the engine about the destinations
 /// that have something to send.
 pub async fn post(
     store: &dyn Storage,
     engine: &EngineHandle,
+    programs: &impl ProgramRun,
     channel: &Channel,
     new: NewMessage,
     source: Source,
 ) -> Result<Message, OpsError> {
-    post_once(store, engine, channel, new, source, None)
+    post_once(store, engine, programs, channel, new, source, None)
         .await?
         .ok_or_else(|| {
             OpsError::Internal(anyhow::anyhow!("a message without a webhook-id replayed"))
@@ -163,6 +165,7 @@ pub async fn post(
 pub async fn post_once(
     store: &dyn Storage,
     engine: &EngineHandle,
+    programs: &impl ProgramRun,
     channel: &Channel,
     new: NewMessage,
     source: Source,
@@ -170,16 +173,21 @@ pub async fn post_once(
 ) -> Result<Option<Message>, OpsError> {
     let now = crate::clock::now_ms();
     let message = message(channel, new, source, now);
+    let event = Event {
+        id: EventId::new(),
+        space_id: channel.space_id,
+        event_type: MESSAGE_CREATED.into(),
+        payload: payload(&message)?,
+        created_at: now,
+    };
+    // Before the transaction: a replayed request runs the filters for nothing, but
+    // the write never waits on a program.
+    let filters = filters::verdicts(store, programs, &event).await?;
     let event = NewEvent {
-        event: Event {
-            id: EventId::new(),
-            space_id: channel.space_id,
-            event_type: MESSAGE_CREATED.into(),
-            payload: payload(&message)?,
-            created_at: now,
-        },
+        event,
         idempotency_key: None,
         request_hash: String::new(),
+        filters,
     };
     match store.post_message(&message, &event, replay, now).await? {
         None => return Ok(None),

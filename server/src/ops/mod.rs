@@ -12,10 +12,12 @@
 //! - [`names`]: names and their limits, one per kind, and the one trimming rule;
 //! - [`tenants`]: creating spaces (with their first API key) and users;
 //! - [`rate`]: the per-second rate windows and `Retry-After`;
-//! - [`destinations`]: a destination's settings and their rules.
+//! - [`destinations`]: a destination's settings and their rules;
+//! - [`filters`]: payload filters' verdicts at publish, and the console's "try it".
 
 pub mod credentials;
 pub mod destinations;
+pub mod filters;
 pub mod messages;
 pub mod names;
 pub mod rate;

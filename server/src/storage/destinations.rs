@@ -14,7 +14,7 @@ use super::*;
 pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
     previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
     timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
-    disabled_reason, created_at, updated_at";
+    disabled_reason, created_at, updated_at, payload_filter, filtered_events";
 
 /// Destinations: created, read, changed, enabled and disabled by the REST API and the
 /// console.
@@ -44,6 +44,10 @@ pub trait DestinationStore: Send + Sync + std::fmt::Debug {
         reason: Option<&str>,
         now: UnixMs,
     ) -> Result<Destination>;
+    /// The space's active destinations that have a filter, whatever their event types
+    /// (publishing runs their filters before it writes: `ops::filters`). On an index
+    /// of the filtered destinations only: a space without any reads nothing.
+    async fn list_filtered_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>>;
 }
 
 #[async_trait]
@@ -71,8 +75,9 @@ where
             "INSERT INTO destinations (id, space_id, url, description, event_types, secret, previous_secret, \
              previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, timeout_seconds, \
              retry_policy, transformation, status, consecutive_dead_letters, skipped_events, disabled_reason, \
-             created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+             created_at, updated_at, payload_filter, filtered_events) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
+             $21, $22)",
         )
         .bind(d.id.to_string())
         .bind(d.space_id.to_string())
@@ -94,6 +99,8 @@ where
         .bind(&d.disabled_reason)
         .bind(d.created_at)
         .bind(d.updated_at)
+        .bind(&d.filter)
+        .bind(d.filtered_events)
         .execute(&mut *tx)
         .await?;
         Self::write_subscriptions(&mut tx, d).await?;
@@ -157,7 +164,7 @@ where
             "UPDATE destinations SET url = $1, description = $2, event_types = $3, secret = $4, \
              previous_secret = $5, previous_secret_expires_at = $6, rate_limit_count = $7, \
              rate_limit_period = $8, max_attempts = $9, timeout_seconds = $10, retry_policy = $11, \
-             transformation = $12, updated_at = $13 WHERE id = $14 AND space_id = $15",
+             transformation = $12, updated_at = $13, payload_filter = $16 WHERE id = $14 AND space_id = $15",
         )
         .bind(&d.url)
         .bind(&d.description)
@@ -174,6 +181,7 @@ where
         .bind(d.updated_at)
         .bind(d.id.to_string())
         .bind(d.space_id.to_string())
+        .bind(&d.filter)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
@@ -237,6 +245,20 @@ where
             .await?;
         tx.commit().await?;
         row.try_into()
+    }
+
+    async fn list_filtered_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>> {
+        let sql = format!(
+            "SELECT {} FROM destinations \
+             WHERE space_id = $1 AND payload_filter IS NOT NULL AND status = 'active'",
+            DESTINATION
+        );
+        convert_all(
+            sqlx::query_as::<_, DestinationRow>(&sql)
+                .bind(space_id.to_string())
+                .fetch_all(&self.read)
+                .await?,
+        )
     }
 }
 
@@ -304,6 +326,8 @@ pub(super) struct DestinationRow {
     disabled_reason: Option<String>,
     created_at: i64,
     updated_at: i64,
+    payload_filter: Option<String>,
+    filtered_events: i64,
 }
 
 impl TryFrom<DestinationRow> for Destination {
@@ -345,6 +369,8 @@ impl TryFrom<DestinationRow> for Destination {
             disabled_reason: r.disabled_reason,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            filter: r.payload_filter,
+            filtered_events: r.filtered_events,
         })
     }
 }

@@ -50,12 +50,15 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     /// Stores `event` with one delivery, to `destination_id` only (whatever its event
     /// types), in one transaction; `Conflict` when that destination is not active in
     /// the event's space. The delivery goes out through the engine like any other.
+    /// With the destination's filter's verdict in `filters`: kept out, the event is
+    /// stored and counted without a delivery (`None`); failed, the delivery has failed.
     async fn publish_test_event(
         &self,
         event: &Event,
         destination_id: DestinationId,
+        filters: &FilterVerdicts,
         now: UnixMs,
-    ) -> Result<DeliveryId>;
+    ) -> Result<Option<DeliveryId>>;
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event>;
     async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>>;
 }
@@ -210,8 +213,9 @@ where
         &self,
         event: &Event,
         destination_id: DestinationId,
+        filters: &FilterVerdicts,
         now: UnixMs,
-    ) -> Result<DeliveryId> {
+    ) -> Result<Option<DeliveryId>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
         sqlx::query(
@@ -224,27 +228,43 @@ where
         .bind(event.created_at)
         .execute(&mut *tx)
         .await?;
-        let delivery = DeliveryId::new();
-        let done = sqlx::query(
-            "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
-             attempts, next_attempt_at, created_at, updated_at) \
-             SELECT $1, space_id, $2, id, $3, 'pending', 0, $4, $4, $4 FROM destinations \
-             WHERE id = $5 AND space_id = $6 AND status = 'active'",
+        // Whatever the verdict, only for an active destination of the event's space.
+        let active: Option<(String,)> = sqlx::query_as(
+            "SELECT id FROM destinations WHERE id = $1 AND space_id = $2 AND status = 'active'",
         )
-        .bind(delivery.to_string())
-        .bind(event.id.to_string())
-        .bind(&event.event_type)
-        .bind(now)
         .bind(destination_id.to_string())
         .bind(event.space_id.to_string())
-        .execute(&mut *tx)
+        .fetch_optional(&mut *tx)
         .await?;
-        if done.rows_affected() != 1 {
+        if active.is_none() {
             // Rolled back on drop: no event without its delivery.
             return Err(StorageError::Conflict(
                 "the destination is not active".into(),
             ));
         }
+        let fan = FanOut::of(vec![destination_id], filters);
+        let delivery = if fan.send.is_empty() {
+            Self::count_filtered(&mut tx, fan.filtered.iter().map(|d| (*d, 1))).await?;
+            Self::insert_failed(&mut tx, event, &fan.failed, now)
+                .await?
+                .pop()
+        } else {
+            let delivery = DeliveryId::new();
+            sqlx::query(
+                "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                 attempts, next_attempt_at, created_at, updated_at) \
+                 VALUES ($1, $2, $3, $4, $5, 'pending', 0, $6, $6, $6)",
+            )
+            .bind(delivery.to_string())
+            .bind(event.space_id.to_string())
+            .bind(event.id.to_string())
+            .bind(destination_id.to_string())
+            .bind(&event.event_type)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            Some(delivery)
+        };
         tx.commit().await?;
         Ok(delivery)
     }
@@ -326,10 +346,13 @@ where
         }
 
         let (active, inactive) = Self::subscribers(tx, &space, &e.event_type).await?;
-        let targets: Vec<(&Event, DestinationId)> = active.iter().map(|d| (e, *d)).collect();
+        let fan = FanOut::of(active, &new.filters);
+        let targets: Vec<(&Event, DestinationId)> = fan.send.iter().map(|d| (e, *d)).collect();
         Self::insert_deliveries(tx, &targets, now).await?;
+        Self::insert_failed(tx, e, &fan.failed, now).await?;
         Self::count_skipped(tx, inactive.iter().map(|d| (*d, 1))).await?;
-        let deliveries = active.len() as i64;
+        Self::count_filtered(tx, fan.filtered.iter().map(|d| (*d, 1))).await?;
+        let deliveries = fan.deliveries();
         if let Some(key) = &new.idempotency_key {
             sqlx::query(
                 "UPDATE idempotency_keys SET deliveries = $1 WHERE space_id = $2 AND key = $3",
@@ -344,7 +367,7 @@ where
             event_id: e.id,
             deliveries,
             skipped: inactive.len() as i64,
-            destinations: active,
+            destinations: fan.send,
         }))
     }
 
@@ -406,6 +429,70 @@ where
         Ok(())
     }
 
+    /// Deliveries that failed before they were tried: the destination's filter failed
+    /// on the payload. Each has one attempt that says why, with class `transformation`
+    /// (as a failed transformation), and is not tried (resending it sends it as it is).
+    /// Returns their IDs.
+    async fn insert_failed(
+        tx: &mut WriteTx<'_, D::DB>,
+        e: &Event,
+        failed: &[(DestinationId, &str)],
+        now: UnixMs,
+    ) -> Result<Vec<DeliveryId>> {
+        let mut made = Vec::with_capacity(failed.len());
+        for (destination, why) in failed {
+            let id = DeliveryId::new();
+            let delivery = id.to_string();
+            sqlx::query(
+                "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                 attempts, next_attempt_at, last_error_class, created_at, updated_at, finished_at) \
+                 VALUES ($1, $2, $3, $4, $5, 'failed', 1, NULL, $6, $7, $7, $7)",
+            )
+            .bind(&delivery)
+            .bind(e.space_id.to_string())
+            .bind(e.id.to_string())
+            .bind(destination.to_string())
+            .bind(&e.event_type)
+            .bind(ErrorClass::Transformation.as_str())
+            .bind(now)
+            .execute(&mut **tx)
+            .await?;
+            sqlx::query(
+                "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
+                 request_url, request_headers, request_body, error_class, error_message) \
+                 SELECT $1, $2, space_id, 1, $3, 0, url, '{}', $4, $5, $6 FROM destinations WHERE id = $7",
+            )
+            .bind(AttemptId::new().to_string())
+            .bind(&delivery)
+            .bind(now)
+            .bind(e.payload.to_string())
+            .bind(ErrorClass::Transformation.as_str())
+            .bind(*why)
+            .bind(destination.to_string())
+            .execute(&mut **tx)
+            .await?;
+            made.push(id);
+        }
+        Ok(made)
+    }
+
+    /// Events a destination's filter kept out: counted, not delivered.
+    async fn count_filtered(
+        tx: &mut WriteTx<'_, D::DB>,
+        filtered: impl Iterator<Item = (DestinationId, i64)>,
+    ) -> Result<()> {
+        for (d, n) in filtered {
+            sqlx::query(
+                "UPDATE destinations SET filtered_events = filtered_events + $1 WHERE id = $2",
+            )
+            .bind(n)
+            .bind(d.to_string())
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
     /// D5: an inactive destination is not caught up later; it only counts what it missed.
     async fn count_skipped(
         tx: &mut WriteTx<'_, D::DB>,
@@ -454,23 +541,30 @@ where
         }
         let mut targets = Vec::new();
         let mut skipped: HashMap<DestinationId, i64> = HashMap::new();
+        let mut filtered: HashMap<DestinationId, i64> = HashMap::new();
         let mut answers = Vec::with_capacity(events.len());
         for new in events {
             let e = &new.event;
             let (active, inactive) = &subscribed[&(e.space_id, e.event_type.as_str())];
-            targets.extend(active.iter().map(|d| (e, *d)));
+            let fan = FanOut::of(active.clone(), &new.filters);
+            targets.extend(fan.send.iter().map(|d| (e, *d)));
+            Self::insert_failed(tx, e, &fan.failed, now).await?;
             for d in inactive {
                 *skipped.entry(*d).or_default() += 1;
             }
+            for d in &fan.filtered {
+                *filtered.entry(*d).or_default() += 1;
+            }
             answers.push(Published::Created {
                 event_id: e.id,
-                deliveries: active.len() as i64,
+                deliveries: fan.deliveries(),
                 skipped: inactive.len() as i64,
-                destinations: active.clone(),
+                destinations: fan.send,
             });
         }
         Self::insert_deliveries(tx, &targets, now).await?;
         Self::count_skipped(tx, skipped.into_iter()).await?;
+        Self::count_filtered(tx, filtered.into_iter()).await?;
         Ok(answers)
     }
 
@@ -490,6 +584,52 @@ where
             deliveries: first.deliveries,
             request_hash: first.request_hash,
         })
+    }
+}
+
+/// An event's active subscribers split by its filters' verdicts.
+#[derive(Debug, PartialEq, Eq)]
+struct FanOut<'v> {
+    /// They get a pending delivery.
+    send: Vec<DestinationId>,
+    /// Their filter kept the event out.
+    filtered: Vec<DestinationId>,
+    /// Their filter failed, and why: they get a failed delivery.
+    failed: Vec<(DestinationId, &'v str)>,
+}
+
+impl<'v> FanOut<'v> {
+    /// A verdict counts only for a subscriber that is still active (one disabled or
+    /// unsubscribed since the filters ran is left out as usual); without verdicts,
+    /// every active subscriber gets its delivery, at no cost.
+    fn of(active: Vec<DestinationId>, verdicts: &'v FilterVerdicts) -> Self {
+        if verdicts.filtered_out.is_empty() && verdicts.failed.is_empty() {
+            return Self {
+                send: active,
+                filtered: Vec::new(),
+                failed: Vec::new(),
+            };
+        }
+        let mut fan = Self {
+            send: Vec::with_capacity(active.len()),
+            filtered: Vec::new(),
+            failed: Vec::new(),
+        };
+        for d in active {
+            if verdicts.filtered_out.contains(&d) {
+                fan.filtered.push(d);
+            } else if let Some((_, why)) = verdicts.failed.iter().find(|(f, _)| *f == d) {
+                fan.failed.push((d, why.as_str()));
+            } else {
+                fan.send.push(d);
+            }
+        }
+        fan
+    }
+
+    /// The deliveries it makes: the pending ones and the failed ones.
+    fn deliveries(&self) -> i64 {
+        (self.send.len() + self.failed.len()) as i64
     }
 }
 
@@ -520,4 +660,27 @@ pub(super) struct IdempotencyRow {
     pub request_hash: String,
     pub event_id: String,
     pub deliveries: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_verdicts_split_the_active_subscribers_and_nothing_else() {
+        let [a, b, c, gone] = [(); 4].map(|_| DestinationId::new());
+        let none = FilterVerdicts::default();
+        let fan = FanOut::of(vec![a, b], &none);
+        assert_eq!((fan.deliveries(), fan.send), (2, vec![a, b]));
+
+        let verdicts = FilterVerdicts {
+            filtered_out: vec![b, gone],
+            failed: vec![(c, "the filter failed: boom".into()), (gone, "x".into())],
+        };
+        let fan = FanOut::of(vec![a, b, c], &verdicts);
+        assert_eq!(fan.send, vec![a]);
+        assert_eq!(fan.filtered, vec![b]);
+        assert_eq!(fan.failed, vec![(c, "the filter failed: boom")]);
+        assert_eq!(fan.deliveries(), 2, "the failed delivery is one");
+    }
 }

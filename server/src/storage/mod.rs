@@ -211,6 +211,20 @@ pub struct NewEvent {
     /// When set, a second publish with the same key returns the first answer.
     pub idempotency_key: Option<String>,
     pub request_hash: String,
+    /// What the destinations' filters said of the payload, decided before the write
+    /// (`ops::filters`); the default (no verdicts) sends to every subscriber.
+    pub filters: FilterVerdicts,
+}
+
+/// The filters' verdicts on one event, by destination: the ones it passed are not
+/// listed. A destination that is not listed gets its delivery as usual.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilterVerdicts {
+    /// Their filter kept the event out: no delivery, and `filtered_events` grows.
+    pub filtered_out: Vec<DestinationId>,
+    /// Their filter failed: a delivery that has already failed, with class
+    /// `transformation` and this message on its one attempt.
+    pub failed: Vec<(DestinationId, String)>,
 }
 
 /// What a publish did ([`EventStore::publish_events`]).

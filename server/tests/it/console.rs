@@ -1,6 +1,7 @@
 //! The console over HTTP: the sign-in guard, sign-in, sessions that survive a restart;
 //! the admins' changes refused to support staff however they are called; destination
-//! settings, test events, disabling and deleting users; an atomic first-run setup.
+//! settings, test events (judged by the destination's filter), the "Try it" box, disabling and
+//! deleting users; an atomic first-run setup.
 
 use serde_json::json;
 
@@ -599,6 +600,87 @@ on_both_backends! {
         assert_eq!(location(&ok), "/");
         assert!(started.elapsed() >= std::time::Duration::from_millis(200), "{:?}", started.elapsed());
         assert_eq!(admin.get(app.url("/")).send().await.unwrap().status(), 200);
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn the_try_it_box_runs_the_typed_filter_and_transformation_for_admins_only(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        user(&db, "support@example.com", Role::Support).await;
+        let app = spawn_app(&db).await.with_space().await;
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+        let form = |filter: &'static str, sample: &'static str| {
+            vec![("filter", filter), ("transformation", "{total, n: 1}"), ("sample", sample)]
+        };
+
+        let (status, body) = call(&admin, &base, "try_destination", &form(".total > 100", r#"{"total": 150}"#)).await;
+        assert_eq!(status, 200, "{body}");
+        let tried: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(tried["filter"], "Passes", "{tried}");
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(tried["transformed"]["Ok"].as_str().unwrap()).unwrap(),
+            json!({"total": 150, "n": 1})
+        );
+        let (_, body) = call(&admin, &base, "try_destination", &form(".total > 100", r#"{"total": 5}"#)).await;
+        assert!(body.contains("FilteredOut"), "{body}");
+        let (_, body) = call(&admin, &base, "try_destination", &form(r#"error("nope")"#, "{}")).await;
+        assert!(body.contains("the filter failed: the jq program failed: nope"), "{body}");
+        let big = format!("\"{}\"", "x".repeat(server::ops::filters::MAX_SAMPLE_BYTES));
+        let (status, body) = call(&admin, &base, "try_destination", &[("filter", "."), ("sample", &big)]).await;
+        assert!(status >= 400 && body.contains("64 KiB"), "{status} {body}");
+
+        // Support staff, other sites and strangers are refused; nothing is run for them.
+        let support = session(&base, "support@example.com").await;
+        let (status, body) = call(&support, &base, "try_destination", &form(".", "{}")).await;
+        assert!(status >= 400 && body.contains("Forbidden"), "{status} {body}");
+        let cross = admin
+            .post(format!("{base}/api/try_destination"))
+            .header("origin", "https://evil.example")
+            .form(&form(".", "{}"))
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = (cross.status().as_u16(), cross.text().await.unwrap());
+        assert!(status >= 400 && !body.contains("Passes"), "{status} {body}");
+        let (_, body) = call(&reqwest::Client::new(), &base, "try_destination", &form(".", "{}")).await;
+        assert!(body.contains("SignedOut"), "{body}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
+    async fn a_test_event_is_judged_by_the_destinations_filter(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let receiver = server::testkit::Receiver::start().await;
+        let app = spawn_app(&db).await.with_space().await;
+        let d = app.destination(json!({"url": receiver.url("/t"), "filter": ".test == false"})).await;
+        let id = d["id"].as_str().unwrap().to_owned();
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+
+        let (status, body) = call(&admin, &base, "send_test_event", &[("id", &id)]).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("kept the test event out"), "{body}");
+        let (_, now) = app.get(&format!("/destinations/{id}")).await;
+        assert_eq!(now["filteredEvents"], 1, "{now}");
+
+        let change = json!({"filter": "error(\"not today\")"});
+        let p = crate::incoming::Project::of(&app);
+        let (status, _) = p.call(reqwest::Method::PATCH, &p.api(&format!("/destinations/{id}")), Some(change)).await;
+        assert_eq!(status, 200);
+        let (status, body) = call(&admin, &base, "send_test_event", &[("id", &id)]).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("failed on the test event"), "{body}");
+        let notice: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let delivery = notice["link"][1].as_str().unwrap().strip_prefix("/deliveries/").unwrap().to_owned();
+        let (_, f) = app.get(&format!("/deliveries/{delivery}")).await;
+        assert_eq!(f["status"], "failed", "{f}");
+        assert_eq!(f["lastErrorClass"], "transformation");
+        assert!(f["attempts"][0]["errorMessage"].as_str().unwrap().starts_with("the filter failed"), "{f}");
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(receiver.received().is_empty(), "nothing was sent");
         app.stop().await;
     }
 }

@@ -33,6 +33,8 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        filter: None,
+        filtered_events: 0,
     };
     s.create_destination(&d).await.unwrap();
     for i in 0..3 {
@@ -48,6 +50,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
                 event,
                 idempotency_key: None,
                 request_hash: String::new(),
+                filters: Default::default(),
             },
             now,
         )

@@ -43,6 +43,8 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
         disabled_reason: None,
         created_at: NOW,
         updated_at: NOW,
+        filter: None,
+        filtered_events: 0,
     }
 }
 
@@ -57,6 +59,7 @@ fn event(space: SpaceId, event_type: &str) -> NewEvent {
         },
         idempotency_key: None,
         request_hash: "h".into(),
+        filters: Default::default(),
     }
 }
 

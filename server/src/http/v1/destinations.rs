@@ -80,6 +80,13 @@ struct CreateBody {
     /// A jq program applied to each payload before it is sent; blank means none.
     #[serde(default)]
     transformation: Option<String>,
+    /// A jq expression run on each payload at publish, e.g. `.total > 100 and .currency == "EUR"`:
+    /// only `true` lets the event through; `false` or `null` keeps it out (counted in
+    /// `filteredEvents`); anything else fails that event's delivery (class
+    /// `transformation`). Blank means none; one that does not compile is refused (422
+    /// `invalid_filter`).
+    #[serde(default)]
+    filter: Option<String>,
 }
 
 /// Absent stays `None`; `null` becomes `Some(None)`: PATCH can clear a field.
@@ -91,7 +98,7 @@ fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
 
 /// The fields to change; absent fields (and `null` for `url`, `description`,
 /// `maxAttempts`, `timeoutSeconds`, `retryPolicy`) stay as they are. `null` clears
-/// `eventTypes` (every type), `rateLimit` and `transformation`.
+/// `eventTypes` (every type), `rateLimit`, `transformation` and `filter`.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = UpdateDestination)]
@@ -125,6 +132,10 @@ struct UpdateBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<String>)]
     transformation: Option<Option<String>>,
+    /// A new filter (see `CreateDestination.filter`); `null` or blank removes it.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(value_type = Option<String>)]
+    filter: Option<Option<String>>,
 }
 
 /// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::ops::destinations`]).
@@ -174,6 +185,7 @@ async fn create(
         timeout_seconds: body.timeout_seconds,
         retry_policy: body.retry_policy,
         transformation: body.transformation,
+        filter: body.filter,
     };
     let destination = destinations::create(space_id, settings, now_ms(), &state.sandbox).await?;
     state.storage.create_destination(&destination).await?;
@@ -295,6 +307,7 @@ async fn update(
         timeout_seconds: body.timeout_seconds,
         retry_policy: body.retry_policy,
         transformation: body.transformation,
+        filter: body.filter,
     };
     destinations::apply(&mut d, changes, now_ms(), &state.sandbox).await?;
     state.storage.update_destination(&d).await?;

@@ -21,6 +21,7 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
+use crate::ops::filters;
 use crate::storage::{NewEvent, Published, StorageError};
 
 pub fn router() -> Router<AppState> {
@@ -54,7 +55,8 @@ struct PublishBody {
 #[schema(as = PublishedEvent)]
 struct Published202 {
     id: EventId,
-    /// How many deliveries it got: one per active destination subscribed to its type.
+    /// How many deliveries it got: one per active destination subscribed to its type
+    /// whose filter (if any) did not keep it out.
     deliveries: i64,
 }
 
@@ -67,7 +69,9 @@ struct Published202 {
     tag = "Events",
     summary = "Publish an event",
     description = "Writes the event and one delivery per active destination subscribed to its type, in one \
-        transaction, then answers 202. The same `idempotencyKey` again answers the first event.",
+        transaction, then answers 202. A destination's `filter` is run on the payload first: `false` or \
+        `null` gives it no delivery, a failing filter a delivery that has already failed (class \
+        `transformation`). The same `idempotencyKey` again answers the first event.",
     params(ProjectPath),
     request_body = PublishBody,
     responses(
@@ -111,16 +115,19 @@ async fn publish(
             .collect::<String>()
     };
     let now = now_ms();
+    let event = Event {
+        id: EventId::new(),
+        space_id,
+        event_type: body.event_type,
+        payload: body.payload,
+        created_at: now,
+    };
+    let filters = filters::verdicts(&*state.storage, &state.sandbox, &event).await?;
     let new = NewEvent {
-        event: Event {
-            id: EventId::new(),
-            space_id,
-            event_type: body.event_type,
-            payload: body.payload,
-            created_at: now,
-        },
+        event,
         idempotency_key: body.idempotency_key,
         request_hash: request_hash.clone(),
+        filters,
     };
     match state.publisher.publish(new).await? {
         Published::Created {

@@ -117,9 +117,9 @@ pub fn router() -> Router<AppState> {
     security(("ApiKeyAuth" = [])),
     tags(
         (name = "Destinations", description = "Where events are sent: URL, subscribed event types, \
-            rate limit, retry policy, transformation, signing secret."),
+            rate limit, retry policy, transformation, payload filter, signing secret."),
         (name = "Events", description = "Publishing an event writes one delivery per active \
-            destination subscribed to its type, in the same transaction."),
+            destination subscribed to its type whose filter lets it through, in the same transaction."),
         (name = "Deliveries", description = "One event on its way to one destination, with its \
             attempts; resend and cancel."),
         (name = "Channels", description = "Channels and their messages; every new message emits a \

@@ -67,6 +67,11 @@ pub struct DestinationView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, format = DateTime)]
     pub previous_secret_expires_at: Option<String>,
+    /// The jq expression each payload must make `true` to be delivered; `null` for none.
+    #[schema(required = true)]
+    pub filter: Option<String>,
+    /// Events its filter kept out (`false` or `null`).
+    pub filtered_events: i64,
 }
 
 impl DestinationView {
@@ -89,6 +94,8 @@ impl DestinationView {
             updated_at: rfc3339(d.updated_at),
             secret: None,
             previous_secret_expires_at: None,
+            filter: d.filter.clone(),
+            filtered_events: d.filtered_events,
         }
     }
 }
