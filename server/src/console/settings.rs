@@ -307,6 +307,15 @@ impl SettingsPort for Backend {
             }),
             created_at: now,
         };
+        crate::ops::event_types::check_payload(
+            self.storage.as_ref(),
+            &self.schemas,
+            event.space_id,
+            &event.event_type,
+            &event.payload,
+        )
+        .await
+        .map_err(super::refused)?;
         let delivery = match self.storage.publish_test_event(&event, d.id, now).await {
             Ok(delivery) => delivery,
             Err(StorageError::Conflict(_)) => return Err(inactive()),

@@ -352,6 +352,7 @@ async fn accept(
     messages::post_once(
         state.storage.as_ref(),
         &state.engine,
+        &state.schemas,
         &channel,
         new,
         Source::IncomingWebhook(webhook.id),

@@ -11,6 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::event_types::{check_payload, SchemaCache};
 use super::OpsError;
 use crate::clock::rfc3339;
 use crate::dispatch::engine::EngineHandle;
@@ -147,11 +148,12 @@ pub fn payload(message: &Message) -> Result<Value, OpsError> {
 pub async fn post(
     store: &dyn Storage,
     engine: &EngineHandle,
+    schemas: &SchemaCache,
     channel: &Channel,
     new: NewMessage,
     source: Source,
 ) -> Result<Message, OpsError> {
-    post_once(store, engine, channel, new, source, None)
+    post_once(store, engine, schemas, channel, new, source, None)
         .await?
         .ok_or_else(|| {
             OpsError::Internal(anyhow::anyhow!("a message without a webhook-id replayed"))
@@ -160,9 +162,11 @@ pub async fn post(
 
 /// [`post`] that also remembers a signed incoming request's `webhook-id` in the same
 /// transaction; `None` when that ID was remembered before (a replay: nothing written).
+/// A `message.created` type catalogued with a schema checks the payload first.
 pub async fn post_once(
     store: &dyn Storage,
     engine: &EngineHandle,
+    schemas: &SchemaCache,
     channel: &Channel,
     new: NewMessage,
     source: Source,
@@ -181,6 +185,8 @@ pub async fn post_once(
         idempotency_key: None,
         request_hash: String::new(),
     };
+    let e = &event.event;
+    check_payload(store, schemas, e.space_id, &e.event_type, &e.payload).await?;
     match store.post_message(&message, &event, replay, now).await? {
         None => return Ok(None),
         Some(Published::Created { destinations, .. }) => engine.due_now(destinations),

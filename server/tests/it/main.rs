@@ -9,6 +9,7 @@ mod console;
 mod console_storage;
 mod crash;
 mod dispatch;
+mod event_types;
 mod health;
 mod helpers;
 mod hostile;

@@ -147,6 +147,7 @@ async fn post_as_bot(
     let message = messages::post(
         state.storage.as_ref(),
         &state.engine,
+        &state.schemas,
         &channel,
         new,
         Source::Bot(bot.id),

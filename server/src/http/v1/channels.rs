@@ -381,6 +381,7 @@ async fn post_with_api_key(
     let message = messages::post(
         state.storage.as_ref(),
         &state.engine,
+        &state.schemas,
         &channel,
         new,
         Source::Api(caller.key.id),

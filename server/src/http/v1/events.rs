@@ -21,6 +21,7 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
+use crate::ops::event_types;
 use crate::storage::{NewEvent, Published, StorageError};
 
 pub fn router() -> Router<AppState> {
@@ -67,7 +68,10 @@ struct Published202 {
     tag = "Events",
     summary = "Publish an event",
     description = "Writes the event and one delivery per active destination subscribed to its type, in one \
-        transaction, then answers 202. The same `idempotencyKey` again answers the first event.",
+        transaction, then answers 202. The same `idempotencyKey` again answers the first event. When the \
+        type is in the project's catalog with a JSON Schema, the payload must match it: otherwise 422 \
+        `schema_violation` with every violation in `violations` (`pointer`, `message`). A type that is not \
+        catalogued, or has no schema, is published as it is.",
     params(ProjectPath),
     request_body = PublishBody,
     responses(
@@ -79,7 +83,9 @@ struct Published202 {
             body = ErrorBody),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
-        (status = 422, response = Unprocessable),
+        (status = 422, description = "A value out of range (`invalid_event_type`, `invalid_idempotency_key`, \
+            `invalid_body`), or a payload that breaks its event type's schema (`schema_violation`, with \
+            `violations`)", body = ErrorBody),
         (status = 500, response = InternalError),
     )
 )]
@@ -99,6 +105,14 @@ async fn publish(
             ));
         }
     }
+    event_types::check_payload(
+        state.storage.as_ref(),
+        &state.schemas,
+        space_id,
+        &body.event_type,
+        &body.payload,
+    )
+    .await?;
     let payload_text = body.payload.to_string();
     let request_hash = {
         let mut h = Sha256::new();
