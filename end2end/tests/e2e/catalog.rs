@@ -3,7 +3,15 @@
 //! forms; the destination form suggests the catalog's names.
 
 use end2end::*;
-use fantoccini::Locator;
+use fantoccini::{Client, Locator};
+
+/// Opens the "New event type" form unless it is open already.
+async fn open_create_form(c: &Client) {
+    let details = find(c, "details.create").await;
+    if details.attr("open").await.unwrap().is_none() {
+        find(c, "details.create summary").await.click().await.unwrap();
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admin_adds_an_event_type_in_the_catalog_and_sees_it_listed() {
@@ -20,11 +28,7 @@ async fn an_admin_adds_an_event_type_in_the_catalog_and_sees_it_listed() {
         .await
         .unwrap();
     wait_text(&c, "h1", "Event types").await;
-    find(&c, "details.create summary")
-        .await
-        .click()
-        .await
-        .unwrap();
+    open_create_form(&c).await;
     find(&c, "details.create input[name=name]")
         .await
         .send_keys("order.created")
@@ -64,7 +68,7 @@ async fn an_admin_adds_an_event_type_in_the_catalog_and_sees_it_listed() {
     assert!(!stored.deprecated);
 
     // An example that breaks the schema is refused, saying where.
-    find(&c, "details.create summary").await.click().await.ok();
+    open_create_form(&c).await;
     find(&c, "details.create input[name=name]")
         .await
         .send_keys("order.paid")
