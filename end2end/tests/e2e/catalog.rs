@@ -9,7 +9,11 @@ use fantoccini::{Client, Locator};
 async fn open_create_form(c: &Client) {
     let details = find(c, "details.create").await;
     if details.attr("open").await.unwrap().is_none() {
-        find(c, "details.create summary").await.click().await.unwrap();
+        find(c, "details.create summary")
+            .await
+            .click()
+            .await
+            .unwrap();
     }
 }
 
