@@ -468,3 +468,40 @@ fn parse_selection(json: &str) -> Result<BulkSelection, ConsoleError> {
         ConsoleError::Invalid("The selection is unreadable; go back and choose again.".into())
     })
 }
+
+// ---- The event-type catalog --------------------------------------------------------
+
+/// The catalog of one space, or of every space (`space` empty).
+#[server(endpoint = "event_types")]
+pub async fn list_event_types(space: String) -> Result<Vec<CatalogEntry>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.event_types(&user, &space).await
+}
+
+/// Adds an event type to a space's catalog, or changes one (`existing` non-empty). The
+/// fields are [`CatalogForm`]'s; an unchecked `deprecated` box sends nothing.
+#[server(endpoint = "save_event_type")]
+pub async fn save_event_type(
+    space: String,
+    name: String,
+    #[server(default)] description: String,
+    #[server(default)] schema: String,
+    #[server(default)] example: String,
+    #[server(default)] deprecated: String,
+    #[server(default)] existing: String,
+) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let form = CatalogForm {
+        space,
+        name,
+        description,
+        schema,
+        example,
+        deprecated: !deprecated.is_empty(),
+        existing: !existing.is_empty(),
+    };
+    let notice = crate::port::backend()?
+        .save_event_type(&user, &form)
+        .await?;
+    crate::guard::answer(notice, None).await
+}

@@ -155,6 +155,7 @@ fn MainNav(unread: Resource<Result<i64, ConsoleError>>) -> impl IntoView {
             <A href="/" exact=true>"Overview"</A>
             <A href="/deliveries">"Deliveries"</A>
             <A href="/destinations">"Destinations"</A>
+            <A href="/event-types">"Event types"</A>
             <A href="/incoming-webhooks">"Incoming webhooks"</A>
             <A href="/notifications">
                 "Notifications"

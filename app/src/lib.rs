@@ -76,6 +76,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("destinations/:id") view=pages::destination::DestinationPage/>
                     <Route path=path!("destinations/:id/edit") view=pages::destination_edit::DestinationEditPage/>
                     <Route path=path!("incoming-webhooks") view=pages::incoming::IncomingPage/>
+                    <Route path=path!("event-types") view=pages::event_types::EventTypesPage/>
                     <Route path=path!("notifications") view=pages::notifications::NotificationsPage/>
                     <Route path=path!("spaces") view=pages::spaces::SpacesPage/>
                     <Route path=path!("spaces/:id") view=pages::spaces::SpacePage/>

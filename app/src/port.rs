@@ -1,7 +1,8 @@
 //! What the console needs from the server (server side only), one port per area:
 //! [`SessionPort`] (sign-in, first run), [`ReadPort`], [`OverviewPort`], [`BulkPort`]
 //! (send again, cancel, mark read), [`AdminPort`] (spaces, credentials, statuses),
-//! [`SettingsPort`] (the destination form, test events) and [`UserPort`]. The server
+//! [`SettingsPort`] (the destination form, test events), [`UserPort`] and
+//! [`CatalogPort`] (the event-type catalog). The server
 //! implements each one in its console module of that area; [`ConsoleBackend`] is all of
 //! them, provided as [`SharedBackend`] in the Leptos context of every request.
 //!
@@ -155,11 +156,28 @@ pub trait UserPort: Send + Sync {
     async fn delete_user(&self, actor: &SessionUser, id: &str) -> R<Notice>;
 }
 
+/// The event-type catalog: support staff read it, admins add and change types.
+#[async_trait::async_trait]
+pub trait CatalogPort: Send + Sync {
+    /// The catalog of one space (`space` an ID), or of every space (`space` empty), by name.
+    async fn event_types(&self, actor: &SessionUser, space: &str) -> R<Vec<CatalogEntry>>;
+    /// Adds a type, or changes one (`form.existing`), by the REST API's rules.
+    async fn save_event_type(&self, actor: &SessionUser, form: &CatalogForm) -> R<Notice>;
+}
+
 /// Every area of the console at once: what the server provides in the Leptos context.
 /// Implemented for anything that implements every port; server functions call each
 /// area's methods on it.
 pub trait ConsoleBackend:
-    SessionPort + ReadPort + OverviewPort + BulkPort + AdminPort + SettingsPort + UserPort + 'static
+    SessionPort
+    + ReadPort
+    + OverviewPort
+    + BulkPort
+    + AdminPort
+    + SettingsPort
+    + UserPort
+    + CatalogPort
+    + 'static
 {
 }
 
@@ -171,6 +189,7 @@ impl<T> ConsoleBackend for T where
         + AdminPort
         + SettingsPort
         + UserPort
+        + CatalogPort
         + 'static
 {
 }

@@ -575,6 +575,34 @@ pub struct DestinationEdit {
     pub status: String,
 }
 
+/// A catalogued event type, as the catalog page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CatalogEntry {
+    pub space_id: String,
+    pub space_name: String,
+    pub name: String,
+    pub description: String,
+    pub deprecated: bool,
+    /// The JSON Schema, pretty-printed; empty for none.
+    pub schema: String,
+    /// The example payload, pretty-printed; empty for none.
+    pub example: String,
+    pub updated_at: i64,
+}
+
+/// The catalog's form (admins): a new type, or, with `existing`, changes to the type
+/// `name` of `space`. `schema` and `example` are JSON text; empty means none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct CatalogForm {
+    pub space: String,
+    pub name: String,
+    pub description: String,
+    pub schema: String,
+    pub example: String,
+    pub deprecated: bool,
+    pub existing: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

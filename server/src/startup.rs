@@ -75,6 +75,7 @@ pub async fn run(
         .then(|| tokio::spawn(engine.clone().run(shutdown.clone())));
 
     let shared_config = Arc::new(config.clone());
+    let schemas = crate::ops::event_types::SchemaCache::default();
     let state = AppState {
         console: Arc::new(console::Backend::new(
             storage.clone(),
@@ -83,6 +84,7 @@ pub async fn run(
             public_url.clone(),
             sessions.clone(),
             sandbox.clone(),
+            schemas.clone(),
         )),
         sandbox,
         engine: engine.handle(),
@@ -91,6 +93,7 @@ pub async fn run(
         leptos_options: leptos_options(&config, addr),
         config: shared_config,
         public_url: public_url.clone(),
+        schemas,
     };
     let session_layer = SessionManagerLayer::new(sessions)
         .with_name("partyflow_session")

@@ -10,6 +10,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
+use super::event_types::{CatalogDatalist, CATALOG_DATALIST};
 use crate::api::{get_destination_edit, TryDestination, UpdateDestination};
 use crate::components::{console, load_error, select_options, use_mutation, StatusBadge};
 use crate::error::ConsoleError;
@@ -126,8 +127,9 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
                 <label class="wide">"Description"
                     <input type="text" name="description" maxlength="1000" value=f.description/>
                 </label>
-                <label class="wide">"Event types (comma-separated; * or empty for every type)"
-                    <input type="text" name="event_types" value=f.event_types placeholder="message.created, channel.created"/>
+                <label class="wide">"Event types (comma-separated; order.* for every type under order., * or empty for every type)"
+                    <input type="text" name="event_types" value=f.event_types placeholder="message.created, order.*" list=CATALOG_DATALIST/>
+                    <CatalogDatalist space=f.space.clone()/>
                 </label>
             </div>
         </fieldset>

@@ -8,6 +8,7 @@ pub mod delivery;
 pub mod destination;
 pub mod destination_edit;
 pub mod destinations;
+pub mod event_types;
 pub mod incoming;
 pub mod login;
 pub mod notifications;

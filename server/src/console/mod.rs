@@ -15,7 +15,9 @@
 //! - [`settings`]: [`app::port::SettingsPort`], the destination form (create and edit)
 //!   and test events;
 //! - [`users`]: [`app::port::UserPort`], the list of users; disabling, enabling and
-//!   deleting them, which ends their sessions.
+//!   deleting them, which ends their sessions;
+//! - [`catalog`]: [`app::port::CatalogPort`], the event-type catalog (read by every role,
+//!   changed by admins).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -36,6 +38,7 @@ use crate::ops::OpsError;
 use crate::storage::{Slot, Storage, StorageError};
 
 mod bulk;
+mod catalog;
 mod manage;
 mod overview;
 mod read;
@@ -57,6 +60,8 @@ pub struct Backend {
     sessions: sessions::AnyStore,
     /// Where transformations are checked before a destination is saved.
     sandbox: crate::sandbox::Sandbox,
+    /// The event types' compiled schemas (test events are checked against them).
+    schemas: crate::ops::event_types::SchemaCache,
 }
 
 impl Backend {
@@ -67,6 +72,7 @@ impl Backend {
         public_url: crate::config::PublicUrl,
         sessions: sessions::AnyStore,
         sandbox: crate::sandbox::Sandbox,
+        schemas: crate::ops::event_types::SchemaCache,
     ) -> Self {
         Self {
             storage,
@@ -75,6 +81,7 @@ impl Backend {
             public_url,
             sessions,
             sandbox,
+            schemas,
         }
     }
 }
@@ -119,9 +126,9 @@ fn storage_error(err: StorageError, what: &str) -> ConsoleError {
 /// for people (shown as a sentence); failures of ours are logged and answered generically.
 fn refused(err: OpsError) -> ConsoleError {
     match err {
-        OpsError::Invalid { message, .. } | OpsError::Conflict { message, .. } => {
-            ConsoleError::Invalid(sentence(&message))
-        }
+        OpsError::Invalid { message, .. }
+        | OpsError::Conflict { message, .. }
+        | OpsError::Violations { message, .. } => ConsoleError::Invalid(sentence(&message)),
         OpsError::NotFound { what, id } => ConsoleError::NotFound(format!("{what} {id:?}")),
         OpsError::Storage(e) => internal(e),
         OpsError::Internal(e) => internal(format!("{e:#}")),

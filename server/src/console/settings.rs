@@ -314,6 +314,15 @@ impl SettingsPort for Backend {
             }),
             created_at: now,
         };
+        crate::ops::event_types::check_payload(
+            self.storage.as_ref(),
+            &self.schemas,
+            event.space_id,
+            &event.event_type,
+            &event.payload,
+        )
+        .await
+        .map_err(super::refused)?;
         // The destination's filter judges a test event as any other (docs §2.12).
         let filters = filters::verdicts_of(std::slice::from_ref(&d), &self.sandbox, &event)
             .await

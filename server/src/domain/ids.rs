@@ -108,6 +108,7 @@ id_type!(BotId, "bot", "bot");
 id_type!(ApiKeyId, "key", "API key");
 id_type!(UserId, "usr", "user");
 id_type!(NotificationId, "ntf", "notification");
+id_type!(EventTypeId, "ety", "event type");
 
 #[cfg(test)]
 mod tests {

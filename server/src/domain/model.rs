@@ -120,9 +120,46 @@ impl Destination {
     pub fn subscribes_to(&self, event_type: &str) -> bool {
         match &self.event_types {
             None => true,
-            Some(types) => types.iter().any(|t| t == event_type || t == "*"),
+            Some(patterns) => {
+                let keys = subscription_keys(event_type);
+                patterns.iter().any(|p| keys.contains(p))
+            }
         }
     }
+}
+
+/// The subscription entry that takes every event type.
+pub const EVERY_TYPE: &str = "*";
+
+/// The subscription entries that take an event of `event_type`: the type itself, `*`,
+/// and one trailing wildcard per dot (`order.refund.done` → `order.*`, `order.refund.*`).
+/// The one matching rule: a publish looks these up in `subscriptions` with `IN (…)`, and
+/// [`Destination::subscribes_to`] asks whether one of its entries is among them.
+pub fn subscription_keys(event_type: &str) -> Vec<String> {
+    let mut keys = vec![event_type.to_owned(), EVERY_TYPE.to_owned()];
+    keys.extend(
+        event_type
+            .match_indices('.')
+            .map(|(dot, _)| format!("{}*", &event_type[..=dot])),
+    );
+    keys
+}
+
+/// A catalogued event type of a space (docs §1): what it means, the JSON Schema its
+/// payloads must match (if any), an example payload, and whether it is deprecated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventType {
+    pub id: EventTypeId,
+    pub space_id: SpaceId,
+    pub name: String,
+    pub description: String,
+    /// A JSON Schema (draft 2020-12).
+    pub schema: Option<Value>,
+    /// A payload of the type; it matches `schema` when both are given.
+    pub example: Option<Value>,
+    pub deprecated: bool,
+    pub created_at: UnixMs,
+    pub updated_at: UnixMs,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,5 +310,61 @@ mod tests {
         assert_eq!(rule.step(100), StreakStep::Disable);
         // Past the threshold (already disabled) nothing more happens.
         assert_eq!(rule.step(101), StreakStep::Nothing);
+    }
+
+    fn subscribed(patterns: &[&str]) -> Destination {
+        Destination {
+            id: DestinationId::new(),
+            space_id: SpaceId::new(),
+            url: "https://example.com".into(),
+            description: String::new(),
+            event_types: Some(patterns.iter().map(|p| p.to_string()).collect()),
+            secret: String::new(),
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            rate_limit: None,
+            max_attempts: 1,
+            timeout_seconds: 30,
+            retry_policy: Value::Null,
+            transformation: None,
+            status: DestinationStatus::Active,
+            consecutive_dead_letters: 0,
+            skipped_events: 0,
+            disabled_reason: None,
+            created_at: 0,
+            updated_at: 0,
+            filter: None,
+            filtered_events: 0,
+        }
+    }
+
+    #[test]
+    fn an_event_type_is_looked_up_as_itself_every_type_and_one_wildcard_per_dot() {
+        assert_eq!(
+            subscription_keys("order.refund.done"),
+            ["order.refund.done", "*", "order.*", "order.refund.*"]
+        );
+        assert_eq!(subscription_keys("ping"), ["ping", "*"]);
+    }
+
+    #[test]
+    fn a_trailing_wildcard_takes_every_type_below_its_prefix_and_nothing_else() {
+        let orders = subscribed(&["order.*"]);
+        assert!(orders.subscribes_to("order.created"));
+        assert!(orders.subscribes_to("order.refund.done"));
+        assert!(!orders.subscribes_to("order"));
+        assert!(!orders.subscribes_to("orders.created"));
+        assert!(!orders.subscribes_to("invoice.paid"));
+        assert!(!orders.subscribes_to("invoice.order.created"));
+
+        let refunds = subscribed(&["order.refund.*", "invoice.paid"]);
+        assert!(refunds.subscribes_to("order.refund.done"));
+        assert!(!refunds.subscribes_to("order.created"));
+        assert!(refunds.subscribes_to("invoice.paid"));
+
+        assert!(subscribed(&["*"]).subscribes_to("anything.at.all"));
+        let mut every = subscribed(&[]);
+        every.event_types = None;
+        assert!(every.subscribes_to("x"));
     }
 }

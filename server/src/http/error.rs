@@ -12,6 +12,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use crate::http::request_id::Failure;
+use crate::ops::event_types::Violation;
 use crate::ops::rate::Limited;
 use crate::ops::OpsError;
 use crate::storage::StorageError;
@@ -35,6 +36,11 @@ pub struct ErrorBody {
     #[serde(rename = "requestId", skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, example = "req_01jdqz8x9k5v3w2r1t0m4n6p8q")]
     pub request_id: Option<String>,
+    /// On `schema_violation` (a published payload breaks its event type's schema) and
+    /// `invalid_example`: every violation, each with the JSON Pointer of its value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub violations: Option<Vec<Violation>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +51,13 @@ pub enum ApiError {
     Invalid { code: &'static str, message: String },
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// 422 with every way a document breaks a JSON Schema.
+    #[error("{message}")]
+    Violations {
+        code: &'static str,
+        message: String,
+        violations: Vec<Violation>,
+    },
     #[error("missing or invalid API key")]
     Unauthorized,
     /// Any other status with its own code.
@@ -78,6 +91,7 @@ impl ApiError {
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Invalid { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Conflict { code, .. } => (StatusCode::CONFLICT, code),
+            ApiError::Violations { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, code),
             ApiError::Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized"),
             ApiError::Status { status, code, .. } => (*status, code),
             ApiError::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
@@ -100,6 +114,15 @@ impl From<OpsError> for ApiError {
             OpsError::Invalid { code, message } => ApiError::Invalid { code, message },
             not_found @ OpsError::NotFound { .. } => ApiError::NotFound(not_found.to_string()),
             OpsError::Conflict { code, message } => ApiError::Conflict { code, message },
+            OpsError::Violations {
+                code,
+                message,
+                violations,
+            } => ApiError::Violations {
+                code,
+                message,
+                violations,
+            },
             OpsError::Storage(e) => e.into(),
             OpsError::Internal(e) => ApiError::Internal(e),
         }
@@ -134,6 +157,10 @@ impl IntoResponse for ApiError {
             code: code.to_owned(),
             message: self.to_string(),
             request_id: None,
+            violations: match &self {
+                ApiError::Violations { violations, .. } => Some(violations.clone()),
+                _ => None,
+            },
         };
         let unavailable = matches!(self, ApiError::Unavailable);
         let failure = match self {

@@ -353,6 +353,7 @@ async fn accept(
         state.storage.as_ref(),
         &state.engine,
         &state.sandbox,
+        &state.schemas,
         &channel,
         new,
         Source::IncomingWebhook(webhook.id),

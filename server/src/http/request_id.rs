@@ -69,6 +69,7 @@ pub async fn assign(mut req: Request, next: Next) -> Response {
             code: failure.code.to_owned(),
             message: failure.message.to_owned(),
             request_id: Some(id.0.clone()),
+            violations: None,
         };
         let mut rewritten = (status, Json(body)).into_response();
         for (name, v) in resp.headers() {

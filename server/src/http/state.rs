@@ -24,6 +24,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// The base of every URL the product shows (`PARTYFLOW_PUBLIC_URL`), never a `Host` header.
     pub public_url: PublicUrl,
+    /// The event types' compiled schemas, which every publish checks payloads against.
+    pub schemas: crate::ops::event_types::SchemaCache,
 }
 
 impl axum::extract::FromRef<AppState> for LeptosOptions {

@@ -223,14 +223,32 @@ fn check_event_types(types: Option<Vec<String>>) -> Result<Option<Vec<String>>, 
         ));
     }
     for t in &types {
-        if t != "*" {
-            check_event_type(t).map_err(|e| SettingsError {
-                setting: "Event types",
-                ..e
-            })?;
-        }
+        check_event_type_pattern(t)?;
     }
     Ok(Some(types))
+}
+
+/// An entry of `eventTypes`: an event type, `*` (every type), or an event type followed
+/// by a trailing `.*` (`order.*`: every type that starts with `order.`, at any depth).
+/// Matching is `domain::subscription_keys`.
+pub fn check_event_type_pattern(p: &str) -> Result<(), SettingsError> {
+    if p == EVERY_TYPE {
+        return Ok(());
+    }
+    let checked = match p.strip_suffix(".*") {
+        Some(prefix) if p.len() <= 100 => check_event_type(prefix),
+        _ => check_event_type(p),
+    };
+    checked.map_err(|_| {
+        refuse(
+            "invalid_event_type",
+            "Event types",
+            format!(
+                "{p:?} is not an event type or pattern: use 1-100 of A-Z a-z 0-9 . _ : -, \
+                 optionally ending in .* (order.*), or * alone for every type"
+            ),
+        )
+    })
 }
 
 fn check_rate_limit(r: Option<RateLimit>) -> Result<Option<RateLimit>, SettingsError> {
@@ -490,5 +508,41 @@ mod tests {
         assert_eq!(d.max_attempts, 6);
         assert_eq!(d.transformation, None);
         assert_eq!(d.updated_at, 3);
+    }
+
+    #[test]
+    fn event_type_entries_are_types_every_type_or_a_trailing_wildcard() {
+        for ok in [
+            "order.created",
+            "*",
+            "order.*",
+            "order.refund.*",
+            "a:b-c_d.*",
+        ] {
+            assert_eq!(check_event_type_pattern(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            ".*",
+            "order*",
+            "order.*.done",
+            "*.created",
+            "order.**",
+            "or der.*",
+            "**",
+        ] {
+            assert_eq!(
+                check_event_type_pattern(bad).unwrap_err().code,
+                "invalid_event_type",
+                "{bad:?}"
+            );
+        }
+        let long = format!("{}.*", "a".repeat(99));
+        assert_eq!(
+            check_event_type_pattern(&long).unwrap_err().code,
+            "invalid_event_type"
+        );
+        let longest = format!("{}.*", "a".repeat(98));
+        assert_eq!(check_event_type_pattern(&longest), Ok(()));
     }
 }

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::filters::{self, ProgramRun};
+use super::event_types::{check_payload, SchemaCache};
 use super::OpsError;
 use crate::clock::rfc3339;
 use crate::dispatch::engine::EngineHandle;
@@ -149,11 +150,12 @@ pub async fn post(
     store: &dyn Storage,
     engine: &EngineHandle,
     programs: &impl ProgramRun,
+    schemas: &SchemaCache,
     channel: &Channel,
     new: NewMessage,
     source: Source,
 ) -> Result<Message, OpsError> {
-    post_once(store, engine, programs, channel, new, source, None)
+    post_once(store, engine, programs, schemas, channel, new, source, None)
         .await?
         .ok_or_else(|| {
             OpsError::Internal(anyhow::anyhow!("a message without a webhook-id replayed"))
@@ -162,10 +164,12 @@ pub async fn post(
 
 /// [`post`] that also remembers a signed incoming request's `webhook-id` in the same
 /// transaction; `None` when that ID was remembered before (a replay: nothing written).
+/// A `message.created` type catalogued with a schema checks the payload first.
 pub async fn post_once(
     store: &dyn Storage,
     engine: &EngineHandle,
     programs: &impl ProgramRun,
+    schemas: &SchemaCache,
     channel: &Channel,
     new: NewMessage,
     source: Source,
@@ -180,6 +184,7 @@ pub async fn post_once(
         payload: payload(&message)?,
         created_at: now,
     };
+    check_payload(store, schemas, event.space_id, &event.event_type, &event.payload).await?;
     // Before the transaction: a replayed request runs the filters for nothing, but
     // the write never waits on a program.
     let filters = filters::verdicts(store, programs, &event).await?;

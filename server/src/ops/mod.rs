@@ -13,10 +13,12 @@
 //! - [`tenants`]: creating spaces (with their first API key) and users;
 //! - [`rate`]: the per-second rate windows and `Retry-After`;
 //! - [`destinations`]: a destination's settings and their rules;
-//! - [`filters`]: payload filters' verdicts at publish, and the console's "try it".
+//! - [`filters`]: payload filters' verdicts at publish, and the console's "try it";
+//! - [`event_types`]: the event-type catalog, and payloads checked against its schemas.
 
 pub mod credentials;
 pub mod destinations;
+pub mod event_types;
 pub mod filters;
 pub mod messages;
 pub mod names;
@@ -32,6 +34,14 @@ pub enum OpsError {
     /// A value breaks a rule (the API's 422 with `code`, e.g. `invalid_name`).
     #[error("{message}")]
     Invalid { code: &'static str, message: String },
+    /// A JSON document breaks a JSON Schema (the API's 422 with `code` and every
+    /// violation): a payload its event type's schema, an example its type's.
+    #[error("{message}")]
+    Violations {
+        code: &'static str,
+        message: String,
+        violations: Vec<event_types::Violation>,
+    },
     /// The thing asked for does not exist, or is not the caller's to see.
     #[error("no {what} {id:?}")]
     NotFound { what: &'static str, id: String },

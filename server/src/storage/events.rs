@@ -377,16 +377,22 @@ where
         space: &str,
         event_type: &str,
     ) -> Result<Subscribers> {
-        let sql = format!(
-            "SELECT {} FROM destinations WHERE id IN ( \
-               SELECT destination_id FROM subscriptions \
-               WHERE space_id = $1 AND event_type IN ($2, '*'))",
-            DESTINATION
-        );
+        // The type, `*` and its wildcards (`order.*`, …): an IN list on the primary key.
+        let mut select = Sql::<D>::new(format!(
+            "SELECT {DESTINATION} FROM destinations WHERE id IN ( \
+               SELECT destination_id FROM subscriptions WHERE space_id = "
+        ));
+        select.push_bind(space).push(" AND event_type IN (");
+        for (i, key) in subscription_keys(event_type).into_iter().enumerate() {
+            if i > 0 {
+                select.push(", ");
+            }
+            select.push_bind(key);
+        }
+        select.push("))");
+        let (sql, args) = select.into_parts()?;
         let destinations: Vec<Destination> = convert_all(
-            sqlx::query_as::<_, DestinationRow>(&sql)
-                .bind(space)
-                .bind(event_type)
+            sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)
                 .fetch_all(&mut **tx)
                 .await?,
         )?;

@@ -14,6 +14,7 @@
 //! | `channels.rs`      | [`ChannelStore`]      | the REST API, the console                      |
 //! | `events.rs`        | [`EventStore`]        | the group commit, messages, test events        |
 //! | `destinations.rs`  | [`DestinationStore`]  | the REST API, the console                      |
+//! | `event_types.rs`   | [`EventTypeStore`]    | the REST API, the console, schema checks       |
 //! | `queue.rs`         | [`DispatchQueue`]     | the dispatch engine, and nothing else          |
 //! | `deliveries.rs`    | [`DeliveryStore`]     | the REST API, the console (incl. bulk)         |
 //! | `incoming.rs`      | [`IncomingStore`]     | incoming hooks, the bot API, their management  |
@@ -46,6 +47,7 @@ use crate::domain::*;
 mod channels;
 mod deliveries;
 mod destinations;
+mod event_types;
 mod events;
 pub mod group_commit;
 mod incoming;
@@ -63,6 +65,7 @@ pub mod write;
 pub use channels::ChannelStore;
 pub use deliveries::DeliveryStore;
 pub use destinations::DestinationStore;
+pub use event_types::EventTypeStore;
 pub use events::EventStore;
 pub use incoming::IncomingStore;
 pub use notifications::NotificationStore;
@@ -379,6 +382,7 @@ pub trait Storage:
     + ChannelStore
     + EventStore
     + DestinationStore
+    + EventTypeStore
     + DispatchQueue
     + DeliveryStore
     + IncomingStore

@@ -10,6 +10,7 @@ mod console_storage;
 mod crash;
 mod dispatch;
 mod filters;
+mod event_types;
 mod health;
 mod helpers;
 mod hostile;

@@ -148,6 +148,7 @@ async fn post_as_bot(
         state.storage.as_ref(),
         &state.engine,
         &state.sandbox,
+        &state.schemas,
         &channel,
         new,
         Source::Bot(bot.id),

@@ -382,6 +382,7 @@ async fn post_with_api_key(
         state.storage.as_ref(),
         &state.engine,
         &state.sandbox,
+        &state.schemas,
         &channel,
         new,
         Source::Api(caller.key.id),

@@ -21,6 +21,7 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
+use crate::ops::event_types;
 use crate::ops::filters;
 use crate::storage::{NewEvent, Published, StorageError};
 
@@ -71,7 +72,10 @@ struct Published202 {
     description = "Writes the event and one delivery per active destination subscribed to its type, in one \
         transaction, then answers 202. A destination's `filter` is run on the payload first: `false` or \
         `null` gives it no delivery, a failing filter a delivery that has already failed (class \
-        `transformation`). The same `idempotencyKey` again answers the first event.",
+        `transformation`). The same `idempotencyKey` again answers the first event. When the \
+        type is in the project's catalog with a JSON Schema, the payload must match it: otherwise 422 \
+        `schema_violation` with every violation in `violations` (`pointer`, `message`). A type that is not \
+        catalogued, or has no schema, is published as it is.",
     params(ProjectPath),
     request_body = PublishBody,
     responses(
@@ -83,7 +87,9 @@ struct Published202 {
             body = ErrorBody),
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
-        (status = 422, response = Unprocessable),
+        (status = 422, description = "A value out of range (`invalid_event_type`, `invalid_idempotency_key`, \
+            `invalid_body`), or a payload that breaks its event type's schema (`schema_violation`, with \
+            `violations`)", body = ErrorBody),
         (status = 500, response = InternalError),
     )
 )]
@@ -103,6 +109,14 @@ async fn publish(
             ));
         }
     }
+    event_types::check_payload(
+        state.storage.as_ref(),
+        &state.schemas,
+        space_id,
+        &body.event_type,
+        &body.payload,
+    )
+    .await?;
     let payload_text = body.payload.to_string();
     let request_hash = {
         let mut h = Sha256::new();

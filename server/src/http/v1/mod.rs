@@ -14,6 +14,7 @@ pub mod channels;
 pub mod deliveries;
 pub mod destinations;
 pub mod docs;
+pub mod event_types;
 pub mod events;
 pub mod extract;
 pub mod incoming_webhooks;
@@ -26,6 +27,7 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
     Router::new()
         .merge(destinations::router())
         .merge(events::router())
+        .merge(event_types::router())
         .merge(deliveries::router())
         .merge(channels::router())
         .merge(incoming_webhooks::router())

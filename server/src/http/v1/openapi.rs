@@ -23,7 +23,7 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToResponse, ToSchema};
 
-use super::{api_keys, bot, bots, channels, deliveries, destinations, events};
+use super::{api_keys, bot, bots, channels, deliveries, destinations, event_types, events};
 use super::{incoming_webhooks, notifications};
 use crate::domain::*;
 use crate::http::error::ErrorBody;
@@ -66,6 +66,10 @@ pub fn router() -> Router<AppState> {
         events::publish,
         events::list,
         events::read,
+        event_types::create,
+        event_types::list,
+        event_types::read,
+        event_types::update,
         deliveries::list,
         deliveries::read,
         deliveries::attempts,
@@ -120,6 +124,9 @@ pub fn router() -> Router<AppState> {
             rate limit, retry policy, transformation, payload filter, signing secret."),
         (name = "Events", description = "Publishing an event writes one delivery per active \
             destination subscribed to its type whose filter lets it through, in the same transaction."),
+        (name = "Event types", description = "The project's catalog of event types: a description, \
+            an optional JSON Schema (draft 2020-12) that published payloads must match, an example, \
+            and whether the type is deprecated."),
         (name = "Deliveries", description = "One event on its way to one destination, with its \
             attempts; resend and cancel."),
         (name = "Channels", description = "Channels and their messages; every new message emits a \
@@ -378,6 +385,7 @@ id_schemas! {
     BotId => "a bot",
     ApiKeyId => "an API key",
     NotificationId => "a notification",
+    EventTypeId => "a catalogued event type",
 }
 
 /// A closed set of strings, listed from the type's own `ALL`.
@@ -447,10 +455,14 @@ impl ToSchema for RateLimit {
     }
 }
 
-/// An event type a destination subscribes to: 1-100 of `A-Z a-z 0-9 . _ : -`, or `*`
-/// for every type.
+/// An event type a destination subscribes to: 1-100 of `A-Z a-z 0-9 . _ : -`; such a
+/// type followed by `.*` for every type under it (`order.*` takes `order.created` and
+/// `order.refund.done`); or `*` for every type.
 #[derive(ToSchema)]
-#[schema(pattern = r"^(\*|[A-Za-z0-9._:-]{1,100})$", examples("order.created"))]
+#[schema(
+    pattern = r"^(\*|[A-Za-z0-9._:-]{1,100}|[A-Za-z0-9._:-]{1,98}\.\*)$",
+    examples("order.created", "order.*")
+)]
 #[allow(dead_code)]
 pub struct EventTypePattern(String);
 
