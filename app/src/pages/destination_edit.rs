@@ -101,6 +101,16 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
             "Used when longer than the backoff".to_owned(),
         ),
     ];
+    let orderings = vec![
+        (
+            "none".to_owned(),
+            "None: side by side, as they come due".to_owned(),
+        ),
+        (
+            "fifo".to_owned(),
+            "In order (FIFO): one at a time".to_owned(),
+        ),
+    ];
     let preset = if f.preset.is_empty() {
         "partyflow".to_owned()
     } else {
@@ -169,6 +179,16 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
             <label>"A jq program applied to each payload before it is sent (empty for none)"
                 <textarea name="transformation" rows="4" spellcheck="false" class="mono" placeholder="e.g. {id: .id, text: .text}">{f.transformation}</textarea>
             </label>
+        </fieldset>
+        <fieldset>
+            <legend>"Ordering"</legend>
+            <label>"Delivery order"
+                <select name="ordering" data-testid="ordering">{select_options(orderings, &f.ordering)}</select>
+            </label>
+            <p class="small muted">
+                "In order (FIFO): one attempt at a time, in the order the events were published; a delivery waits while "
+                "an earlier one to this destination is pending or retrying (a failed or cancelled one does not hold it up)."
+            </p>
         </fieldset>
     }
 }

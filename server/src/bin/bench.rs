@@ -624,6 +624,7 @@ async fn bench() -> anyhow::Result<()> {
                 disabled_reason: None,
                 created_at: now,
                 updated_at: now,
+                ordering: server::domain::DeliveryOrdering::Unordered,
             };
             storage.create_destination(&d).await?;
         }

@@ -39,6 +39,7 @@ struct Read {
     timeout_seconds: Option<i64>,
     retry_policy: Value,
     transformation: Option<String>,
+    ordering: DeliveryOrdering,
 }
 
 fn whole(v: &str, what: &str) -> Result<Option<i64>, ConsoleError> {
@@ -111,6 +112,12 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         policy.insert("retryAfter".into(), json!(f.retry_after.trim()));
     }
     let transformation = f.transformation.trim();
+    let ordering = match f.ordering.trim() {
+        "" => DeliveryOrdering::Unordered,
+        o => o
+            .parse()
+            .map_err(|_| invalid(format!("Ordering must be none or fifo, not {o:?}.")))?,
+    };
     Ok(Read {
         url: f.url.trim().to_owned(),
         description: f.description.trim().to_owned(),
@@ -121,6 +128,7 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         retry_policy: Value::Object(policy),
         // Kept as typed (line breaks and all), unless it is blank.
         transformation: (!transformation.is_empty()).then(|| f.transformation.clone()),
+        ordering,
     })
 }
 
@@ -136,6 +144,7 @@ pub fn new_settings(f: &DestinationForm) -> Result<NewSettings, ConsoleError> {
         timeout_seconds: r.timeout_seconds,
         retry_policy: Some(r.retry_policy),
         transformation: r.transformation,
+        ordering: Some(r.ordering),
     })
 }
 
@@ -152,6 +161,7 @@ pub fn changes(f: &DestinationForm) -> Result<Changes, ConsoleError> {
         timeout_seconds: Some(r.timeout_seconds.unwrap_or(30)),
         retry_policy: Some(r.retry_policy),
         transformation: Some(r.transformation),
+        ordering: Some(r.ordering),
     })
 }
 
@@ -184,6 +194,7 @@ pub fn form_of(d: &Destination) -> DestinationForm {
             .map_or("second", |r| r.period.as_str())
             .to_owned(),
         transformation: d.transformation.clone().unwrap_or_default(),
+        ordering: d.ordering.as_str().to_owned(),
         ..Default::default()
     };
     if let Ok(p) = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {
@@ -296,7 +307,7 @@ impl SettingsPort for Backend {
         }
         let now = now_ms();
         let event = Event {
-            id: EventId::new(),
+            id: EventId::new_in_order(),
             space_id: d.space_id,
             event_type: TEST_EVENT_TYPE.into(),
             payload: json!({

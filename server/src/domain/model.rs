@@ -108,6 +108,8 @@ pub struct Destination {
     pub disabled_reason: Option<String>,
     pub created_at: UnixMs,
     pub updated_at: UnixMs,
+    /// `fifo`: one attempt at a time, in the events' publish order (docs D12).
+    pub ordering: DeliveryOrdering,
 }
 
 impl Destination {

@@ -69,6 +69,8 @@ pub struct NewSettings {
     pub retry_policy: Option<Value>,
     /// A jq program; blank means none.
     pub transformation: Option<String>,
+    /// `none` when `None`.
+    pub ordering: Option<DeliveryOrdering>,
 }
 
 /// Changes to a destination: `None` leaves a setting as it is; for the settings
@@ -88,6 +90,7 @@ pub struct Changes {
     pub retry_policy: Option<Value>,
     /// `Some(None)` (or a blank program): no transformation.
     pub transformation: Option<Option<String>>,
+    pub ordering: Option<DeliveryOrdering>,
 }
 
 /// Checks every setting and makes the destination, with a new signing secret.
@@ -118,6 +121,7 @@ pub async fn create(
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        ordering: s.ordering.unwrap_or(DeliveryOrdering::Unordered),
     })
 }
 
@@ -158,6 +162,9 @@ pub async fn apply(
     }
     if let Some(program) = c.transformation {
         next.transformation = check_transformation(program, programs).await?;
+    }
+    if let Some(ordering) = c.ordering {
+        next.ordering = ordering;
     }
     next.updated_at = now;
     *d = next;
@@ -434,5 +441,32 @@ mod tests {
         assert_eq!(d.max_attempts, 6);
         assert_eq!(d.transformation, None);
         assert_eq!(d.updated_at, 3);
+    }
+
+    #[tokio::test]
+    async fn ordering_is_none_unless_asked_for_and_can_be_changed() {
+        let mut d = create(
+            SpaceId::new(),
+            new("https://example.com/hook"),
+            1,
+            &InProcess,
+        )
+        .await
+        .unwrap();
+        assert_eq!(d.ordering, DeliveryOrdering::Unordered);
+        let changes = Changes {
+            ordering: Some(DeliveryOrdering::Fifo),
+            ..Default::default()
+        };
+        apply(&mut d, changes, 2, &InProcess).await.unwrap();
+        assert_eq!(d.ordering, DeliveryOrdering::Fifo);
+        apply(&mut d, Changes::default(), 3, &InProcess)
+            .await
+            .unwrap();
+        assert_eq!(
+            d.ordering,
+            DeliveryOrdering::Fifo,
+            "absent leaves it as it is"
+        );
     }
 }

@@ -172,7 +172,7 @@ pub async fn post_once(
     let message = message(channel, new, source, now);
     let event = NewEvent {
         event: Event {
-            id: EventId::new(),
+            id: EventId::new_in_order(),
             space_id: channel.space_id,
             event_type: MESSAGE_CREATED.into(),
             payload: payload(&message)?,

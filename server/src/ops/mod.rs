@@ -12,13 +12,15 @@
 //! - [`names`]: names and their limits, one per kind, and the one trimming rule;
 //! - [`tenants`]: creating spaces (with their first API key) and users;
 //! - [`rate`]: the per-second rate windows and `Retry-After`;
-//! - [`destinations`]: a destination's settings and their rules.
+//! - [`destinations`]: a destination's settings and their rules;
+//! - [`replay`]: which failed deliveries a resend of all failed (and its preview) takes.
 
 pub mod credentials;
 pub mod destinations;
 pub mod messages;
 pub mod names;
 pub mod rate;
+pub mod replay;
 pub mod tenants;
 
 use crate::storage::StorageError;

@@ -14,7 +14,7 @@ use super::*;
 pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
     previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
     timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
-    disabled_reason, created_at, updated_at";
+    disabled_reason, created_at, updated_at, ordering";
 
 /// Destinations: created, read, changed, enabled and disabled by the REST API and the
 /// console.
@@ -96,6 +96,7 @@ where
         .bind(d.updated_at)
         .execute(&mut *tx)
         .await?;
+        Self::write_ordering(&mut tx, d).await?;
         Self::write_subscriptions(&mut tx, d).await?;
         tx.commit().await?;
         Ok(())
@@ -179,6 +180,7 @@ where
         if done.rows_affected() == 0 {
             return Err(StorageError::NotFound);
         }
+        Self::write_ordering(&mut tx, d).await?;
         Self::write_subscriptions(&mut tx, d).await?;
         tx.commit().await?;
         Ok(())
@@ -253,6 +255,16 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
+    /// The destination's ordering (docs D12), written apart from the other settings.
+    async fn write_ordering(tx: &mut WriteTx<'_, D::DB>, d: &Destination) -> Result<()> {
+        sqlx::query("UPDATE destinations SET ordering = $1 WHERE id = $2")
+            .bind(d.ordering.as_str())
+            .bind(d.id.to_string())
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
     /// The destination's rows in `subscriptions`, rewritten from its `event_types`.
     async fn write_subscriptions(tx: &mut WriteTx<'_, D::DB>, d: &Destination) -> Result<()> {
         sqlx::query("DELETE FROM subscriptions WHERE destination_id = $1")
@@ -304,6 +316,7 @@ pub(super) struct DestinationRow {
     disabled_reason: Option<String>,
     created_at: i64,
     updated_at: i64,
+    ordering: String,
 }
 
 impl TryFrom<DestinationRow> for Destination {
@@ -345,6 +358,7 @@ impl TryFrom<DestinationRow> for Destination {
             disabled_reason: r.disabled_reason,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            ordering: parse("destinations.ordering", &r.ordering)?,
         })
     }
 }

@@ -33,6 +33,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        ordering: DeliveryOrdering::Unordered,
     };
     s.create_destination(&d).await.unwrap();
     for i in 0..3 {

@@ -43,6 +43,7 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
         disabled_reason: None,
         created_at: NOW,
         updated_at: NOW,
+        ordering: DeliveryOrdering::Unordered,
     }
 }
 

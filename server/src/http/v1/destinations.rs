@@ -80,6 +80,9 @@ struct CreateBody {
     /// A jq program applied to each payload before it is sent; blank means none.
     #[serde(default)]
     transformation: Option<String>,
+    /// `none` by default.
+    #[serde(default)]
+    ordering: Option<DeliveryOrdering>,
 }
 
 /// Absent stays `None`; `null` becomes `Some(None)`: PATCH can clear a field.
@@ -125,6 +128,8 @@ struct UpdateBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<String>)]
     transformation: Option<Option<String>>,
+    #[serde(default)]
+    ordering: Option<DeliveryOrdering>,
 }
 
 /// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::ops::destinations`]).
@@ -174,6 +179,7 @@ async fn create(
         timeout_seconds: body.timeout_seconds,
         retry_policy: body.retry_policy,
         transformation: body.transformation,
+        ordering: body.ordering,
     };
     let destination = destinations::create(space_id, settings, now_ms(), &state.sandbox).await?;
     state.storage.create_destination(&destination).await?;
@@ -295,6 +301,7 @@ async fn update(
         timeout_seconds: body.timeout_seconds,
         retry_policy: body.retry_policy,
         transformation: body.transformation,
+        ordering: body.ordering,
     };
     destinations::apply(&mut d, changes, now_ms(), &state.sandbox).await?;
     state.storage.update_destination(&d).await?;

@@ -113,7 +113,7 @@ async fn publish(
     let now = now_ms();
     let new = NewEvent {
         event: Event {
-            id: EventId::new(),
+            id: EventId::new_in_order(),
             space_id,
             event_type: body.event_type,
             payload: body.payload,

@@ -67,6 +67,7 @@ pub struct DestinationView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, format = DateTime)]
     pub previous_secret_expires_at: Option<String>,
+    pub ordering: DeliveryOrdering,
 }
 
 impl DestinationView {
@@ -89,6 +90,7 @@ impl DestinationView {
             updated_at: rfc3339(d.updated_at),
             secret: None,
             previous_secret_expires_at: None,
+            ordering: d.ordering,
         }
     }
 }
