@@ -195,13 +195,42 @@ async fn one_delivery(op: &str, id: String) -> Result<Notice, ConsoleError> {
     crate::guard::answer(notice, None).await
 }
 
+/// Sends again the failed deliveries of a destination inside the window (since, until:
+/// `YYYY-MM-DDTHH:MM` UTC; last: `15m`, `1h`, `24h`, `7d`), of one event type or error class.
 #[server(endpoint = "resend_failed")]
-pub async fn resend_failed(destination: String) -> Result<Notice, ConsoleError> {
+pub async fn resend_failed(
+    destination: String,
+    #[server(default)] since: String,
+    #[server(default)] until: String,
+    #[server(default)] last: String,
+    #[server(default)] event_type: String,
+    #[server(default)] error_class: String,
+) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
+    let window = DeliveryQuery {
+        since,
+        until,
+        last,
+        event_type,
+        error_class,
+        ..DeliveryQuery::default()
+    };
     let notice = crate::port::backend()?
-        .resend_failed(&user, &destination)
+        .resend_failed(&user, &destination, &window)
         .await?;
     crate::guard::answer(notice, None).await
+}
+
+/// How many failed deliveries [`resend_failed`] would send again with the same window.
+#[server(endpoint = "resend_failed_preview")]
+pub async fn preview_resend_failed(
+    destination: String,
+    window: DeliveryQuery,
+) -> Result<ResendFailedPreview, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?
+        .preview_resend_failed(&user, &destination, &window)
+        .await
 }
 
 /// Marks one notification read, or all of them when `id` is empty.
@@ -245,6 +274,7 @@ pub async fn create_destination(
     #[server(default)] rate_period: String,
     #[server(default)] transformation: String,
     #[server(default)] filter: String,
+    #[server(default)] ordering: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -264,6 +294,7 @@ pub async fn create_destination(
         rate_period,
         transformation,
         filter,
+        ordering,
     };
     let notice = crate::port::backend()?
         .create_destination(&user, &form)
@@ -290,6 +321,7 @@ pub async fn update_destination(
     #[server(default)] rate_period: String,
     #[server(default)] transformation: String,
     #[server(default)] filter: String,
+    #[server(default)] ordering: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -309,6 +341,7 @@ pub async fn update_destination(
         rate_period,
         transformation,
         filter,
+        ordering,
     };
     let notice = crate::port::backend()?
         .update_destination(&user, &form)

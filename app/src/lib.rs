@@ -75,6 +75,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("destinations") view=pages::destinations::DestinationsPage/>
                     <Route path=path!("destinations/:id") view=pages::destination::DestinationPage/>
                     <Route path=path!("destinations/:id/edit") view=pages::destination_edit::DestinationEditPage/>
+                    <Route path=path!("destinations/:id/resend-failed") view=pages::resend_failed::ResendFailedPage/>
                     <Route path=path!("incoming-webhooks") view=pages::incoming::IncomingPage/>
                     <Route path=path!("event-types") view=pages::event_types::EventTypesPage/>
                     <Route path=path!("notifications") view=pages::notifications::NotificationsPage/>

@@ -82,7 +82,21 @@ pub trait BulkPort: Send + Sync {
         totals: BulkTotals,
         expected: i64,
     ) -> R<BulkProgress>;
-    async fn resend_failed(&self, actor: &SessionUser, destination: &str) -> R<Notice>;
+    /// Sends again the failed deliveries of `destination` that `window` chooses (its
+    /// since, until, event type and error class; the rest of it is ignored).
+    async fn resend_failed(
+        &self,
+        actor: &SessionUser,
+        destination: &str,
+        window: &DeliveryQuery,
+    ) -> R<Notice>;
+    /// How many [`BulkPort::resend_failed`] would send again, without sending.
+    async fn preview_resend_failed(
+        &self,
+        actor: &SessionUser,
+        destination: &str,
+        window: &DeliveryQuery,
+    ) -> R<ResendFailedPreview>;
     async fn mark_read(&self, actor: &SessionUser, id: Option<&str>) -> R<Notice>;
 }
 

@@ -234,6 +234,17 @@ pub struct BulkPreview {
     pub described: String,
 }
 
+/// What "Send again all failed" of one destination would send, before it is confirmed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResendFailedPreview {
+    pub destination_id: String,
+    pub destination_url: String,
+    /// Failed deliveries not resent before, inside the window, that would be sent again.
+    pub count: i64,
+    /// The window in words, e.g. "event type order.paid, created since 2026-12-01 10:00".
+    pub described: String,
+}
+
 /// Running totals of a bulk action; every outcome of `BulkOutcome` has a field.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BulkTotals {
@@ -345,6 +356,8 @@ pub struct DestinationView {
     pub filter: Option<String>,
     /// Events the filter kept out.
     pub filtered_events: i64,
+    /// `fifo` or `none`.
+    pub ordering: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -546,6 +559,9 @@ pub struct DestinationForm {
     /// A jq expression on the payload; empty for none.
     #[serde(default)]
     pub filter: String,
+    /// `fifo` or `none` (empty: `none`).
+    #[serde(default)]
+    pub ordering: String,
 }
 
 /// What a filter says of a sample payload, in the destination form's "Try it" box.

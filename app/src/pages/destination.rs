@@ -6,9 +6,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use crate::api::{
-    get_destination, ResendFailed, RotateSecret, SendTestEvent, SetDestinationStatus,
-};
+use crate::api::{get_destination, RotateSecret, SendTestEvent, SetDestinationStatus};
 use crate::components::{console, fmt_time, is_admin, load_error, use_mutation, StatusBadge};
 use crate::types::DestinationDetail;
 
@@ -22,7 +20,6 @@ pub fn DestinationPage() -> impl IntoView {
         |(id, _)| get_destination(id),
     );
     let set_status = use_mutation::<SetDestinationStatus>();
-    let resend_failed = use_mutation::<ResendFailed>();
     let rotate = use_mutation::<RotateSecret>();
     let test = use_mutation::<SendTestEvent>();
 
@@ -33,7 +30,7 @@ pub fn DestinationPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 let admin = is_admin(&Some(ctx.me.await));
                 match data.await {
-                    Ok(d) => detail_view(d, admin, Actions { set_status, resend_failed, rotate, test }).into_any(),
+                    Ok(d) => detail_view(d, admin, Actions { set_status, rotate, test }).into_any(),
                     Err(e) => load_error(e),
                 }
             })}
@@ -44,7 +41,6 @@ pub fn DestinationPage() -> impl IntoView {
 #[derive(Clone, Copy)]
 struct Actions {
     set_status: ServerAction<SetDestinationStatus>,
-    resend_failed: ServerAction<ResendFailed>,
     rotate: ServerAction<RotateSecret>,
     test: ServerAction<SendTestEvent>,
 }
@@ -52,18 +48,12 @@ struct Actions {
 fn detail_view(d: DestinationDetail, admin: bool, a: Actions) -> impl IntoView {
     let Actions {
         set_status,
-        resend_failed,
         rotate,
         test,
     } = a;
     let v = d.view.clone();
     let inactive = v.status == "inactive";
-    let busy = move || {
-        set_status.pending().get()
-            || resend_failed.pending().get()
-            || rotate.pending().get()
-            || test.pending().get()
-    };
+    let busy = move || set_status.pending().get() || rotate.pending().get() || test.pending().get();
     let deliveries = format!("/deliveries?space={}&destination={}", v.space_id, v.id);
     let (id1, id2, id3, id4) = (v.id.clone(), v.id.clone(), v.id.clone(), v.id.clone());
     let (id5, edit) = (v.id.clone(), format!("/destinations/{}/edit", v.id));
@@ -90,12 +80,9 @@ fn detail_view(d: DestinationDetail, admin: bool, a: Actions) -> impl IntoView {
                 </ActionForm>
             })}
             {(v.failed_unresent > 0 && !inactive).then(move || view! {
-                <ActionForm action=resend_failed>
-                    <input type="hidden" name="destination" value=id2/>
-                    <button type="submit" class="secondary" data-testid="resend-failed" disabled=busy>
-                        {format!("Send again all failed ({})", v.failed_unresent)}
-                    </button>
-                </ActionForm>
+                <a class="button secondary" href=format!("/destinations/{id2}/resend-failed") data-testid="resend-failed">
+                    {format!("Send again all failed ({})…", v.failed_unresent)}
+                </a>
             })}
             {admin.then(move || view! {
                 <a class="button" href=edit data-testid="edit-settings">"Edit settings"</a>
@@ -141,6 +128,7 @@ fn detail_view(d: DestinationDetail, admin: bool, a: Actions) -> impl IntoView {
                 <dt>"Attempts"</dt><dd>{v.max_attempts}</dd>
                 <dt>"Timeout"</dt><dd>{v.timeout_seconds} " s"</dd>
                 <dt>"Transformation"</dt><dd>{if v.has_transformation { "yes (jq)" } else { "none" }}</dd>
+                <dt>"Order"</dt><dd data-testid="ordering">{if v.ordering == "fifo" { "in order (FIFO): one at a time" } else { "none: side by side" }}</dd>
                 <dt>"Created"</dt><dd>{fmt_time(v.created_at)} " UTC"</dd>
                 <dt>"Filter"</dt>
                 <dd class="mono" data-testid="filter">{v.filter.clone().unwrap_or_else(|| "none".into())}</dd>

@@ -105,6 +105,16 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
             "Used when longer than the backoff".to_owned(),
         ),
     ];
+    let orderings = vec![
+        (
+            "none".to_owned(),
+            "None: side by side, as they come due".to_owned(),
+        ),
+        (
+            "fifo".to_owned(),
+            "In order (FIFO): one at a time".to_owned(),
+        ),
+    ];
     let preset = if f.preset.is_empty() {
         "partyflow".to_owned()
     } else {
@@ -187,6 +197,16 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
             </p>
         </fieldset>
         <TryIt filter transformation/>
+        <fieldset>
+            <legend>"Ordering"</legend>
+            <label>"Delivery order"
+                <select name="ordering" data-testid="ordering">{select_options(orderings, &f.ordering)}</select>
+            </label>
+            <p class="small muted">
+                "In order (FIFO): one attempt at a time, in the order the events were published; a delivery waits while "
+                "an earlier one to this destination is pending or retrying (a failed or cancelled one does not hold it up)."
+            </p>
+        </fieldset>
     }
 }
 

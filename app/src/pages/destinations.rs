@@ -9,9 +9,7 @@ use leptos_router::hooks::use_query_map;
 
 use super::destination_edit::SettingsFields;
 use super::SpaceFilter;
-use crate::api::{
-    list_destinations, list_spaces, CreateDestination, ResendFailed, SetDestinationStatus,
-};
+use crate::api::{list_destinations, list_spaces, CreateDestination, SetDestinationStatus};
 use crate::components::{
     console, is_admin, load_error, reset_on_success, select_options, use_mutation, StatusBadge,
 };
@@ -28,7 +26,6 @@ pub fn DestinationsPage() -> impl IntoView {
     );
     let spaces = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
     let set_status = use_mutation::<SetDestinationStatus>();
-    let resend_failed = use_mutation::<ResendFailed>();
     let create = use_mutation::<CreateDestination>();
 
     view! {
@@ -42,7 +39,7 @@ pub fn DestinationsPage() -> impl IntoView {
                 match data.await {
                     Ok(list) => view! {
                         <SpaceFilter action="/destinations" spaces=spaces.clone() current=space.get_untracked()/>
-                        <DestinationTable list=list admin=admin set_status=set_status resend_failed=resend_failed/>
+                        <DestinationTable list=list admin=admin set_status=set_status/>
                         {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() create=create/> })}
                     }.into_any(),
                     Err(e) => load_error(e),
@@ -57,7 +54,6 @@ pub fn DestinationTable(
     list: Vec<DestinationView>,
     admin: bool,
     set_status: ServerAction<SetDestinationStatus>,
-    resend_failed: ServerAction<ResendFailed>,
 ) -> impl IntoView {
     if list.is_empty() {
         return view! { <p class="empty">"No destinations yet."</p> }.into_any();
@@ -79,7 +75,7 @@ pub fn DestinationTable(
                     </tr>
                 </thead>
                 <tbody>
-                    {list.into_iter().map(|d| view! { <DestinationRow d=d admin=admin set_status=set_status resend_failed=resend_failed/> }).collect_view()}
+                    {list.into_iter().map(|d| view! { <DestinationRow d=d admin=admin set_status=set_status/> }).collect_view()}
                 </tbody>
             </table>
         </div>
@@ -92,11 +88,9 @@ fn DestinationRow(
     d: DestinationView,
     admin: bool,
     set_status: ServerAction<SetDestinationStatus>,
-    resend_failed: ServerAction<ResendFailed>,
 ) -> impl IntoView {
     let inactive = d.status == "inactive";
     let pending_status = set_status.pending();
-    let pending_resend = resend_failed.pending();
     let (id1, id2, id3) = (d.id.clone(), d.id.clone(), d.id.clone());
     let paused = d.paused;
     let failed_unresent = d.failed_unresent;
@@ -127,12 +121,9 @@ fn DestinationRow(
                     </ActionForm>
                 })}
                 {(failed_unresent > 0 && !inactive).then(move || view! {
-                    <ActionForm action=resend_failed>
-                        <input type="hidden" name="destination" value=id2/>
-                        <button type="submit" class="secondary" data-testid="resend-failed" disabled=move || pending_resend.get()>
-                            {format!("Send again all failed ({failed_unresent})")}
-                        </button>
-                    </ActionForm>
+                    <a class="button secondary" href=format!("/destinations/{id2}/resend-failed") data-testid="resend-failed">
+                        {format!("Send again all failed ({failed_unresent})…")}
+                    </a>
                 })}
                 {(admin && !inactive).then(move || view! {
                     <ActionForm action=set_status>

@@ -13,6 +13,7 @@ pub mod incoming;
 pub mod login;
 pub mod notifications;
 pub mod overview;
+pub mod resend_failed;
 pub mod setup;
 pub mod spaces;
 pub mod users;

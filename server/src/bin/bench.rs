@@ -626,6 +626,7 @@ async fn bench() -> anyhow::Result<()> {
                 updated_at: now,
                 filter: None,
                 filtered_events: 0,
+                ordering: server::domain::DeliveryOrdering::Unordered,
             };
             storage.create_destination(&d).await?;
         }

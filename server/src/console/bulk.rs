@@ -10,11 +10,12 @@ use app::port::BulkPort;
 use app::types::*;
 
 use super::read::filter_of;
-use super::{internal, parse_id, require_role, storage_error, Backend};
+use super::{internal, parse_id, refused, require_role, storage_error, Backend};
 use crate::clock::now_ms;
 use crate::domain::Role;
 use crate::domain::*;
-use crate::storage::{BulkOutcome, Page};
+use crate::ops::replay::{self, Replay};
+use crate::storage::{BulkOutcome, DeliveryFilter, Page};
 
 /// Deliveries per storage call (and transaction).
 pub const CHUNK: usize = 100;
@@ -75,6 +76,19 @@ fn describe(q: &DeliveryQuery) -> String {
         .join(", ")
 }
 
+/// The window of "Send again all failed": the time range, event type and error class
+/// of `q`, nothing else (the destination is the page's, the status is `failed`).
+fn window_only(q: &DeliveryQuery) -> DeliveryQuery {
+    DeliveryQuery {
+        error_class: q.error_class.clone(),
+        event_type: q.event_type.clone(),
+        last: q.last.clone(),
+        since: q.since.clone(),
+        until: q.until.clone(),
+        ..DeliveryQuery::default()
+    }
+}
+
 fn tally(t: &mut BulkTotals, op: Op, outcome: BulkOutcome) {
     match outcome {
         BulkOutcome::Resent(_) => t.resent += 1,
@@ -88,6 +102,31 @@ fn tally(t: &mut BulkTotals, op: Op, outcome: BulkOutcome) {
 }
 
 impl Backend {
+    /// The destination and the failed deliveries of it that `window` chooses, by the
+    /// rule the REST API's resend-failed uses ([`replay::failed_filter`]).
+    async fn replay(
+        &self,
+        destination: &str,
+        window: &DeliveryQuery,
+    ) -> Result<(Destination, DeliveryFilter), ConsoleError> {
+        let id: DestinationId = parse_id(destination, "destination")?;
+        let d = self
+            .storage
+            .get_destination_by_id(id)
+            .await
+            .map_err(|e| storage_error(e, "destination"))?;
+        let f = filter_of(&window_only(window), now_ms()).map_err(ConsoleError::Invalid)?;
+        let replay = Replay {
+            destination_id: Some(d.id),
+            event_type: f.event_type,
+            error_class: f.error_class,
+            since: f.since,
+            until: f.until,
+        };
+        let filter = replay::failed_filter(d.space_id, replay).map_err(refused)?;
+        Ok((d, filter))
+    }
+
     /// Applies `op` to deliveries (of any spaces), chunk by chunk, adding to `t`.
     async fn apply(
         &self,
@@ -239,14 +278,10 @@ impl BulkPort for Backend {
         &self,
         actor: &SessionUser,
         destination: &str,
+        window: &DeliveryQuery,
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Support)?;
-        let id: DestinationId = parse_id(destination, "destination")?;
-        let d = self
-            .storage
-            .get_destination_by_id(id)
-            .await
-            .map_err(|e| storage_error(e, "destination"))?;
+        let (d, filter) = self.replay(destination, window).await?;
         if d.status != DestinationStatus::Active {
             return Err(ConsoleError::Invalid(
                 "This destination is inactive: re-enable it first, then send its failed deliveries again.".into(),
@@ -257,7 +292,7 @@ impl BulkPort for Backend {
         let remaining = loop {
             let r = self
                 .storage
-                .resend_failed(d.space_id, Some(d.id), RESEND_FAILED_BATCH, now_ms())
+                .resend_failed(&filter, RESEND_FAILED_BATCH, now_ms())
                 .await
                 .map_err(internal)?;
             resent += r.resent;
@@ -279,6 +314,27 @@ impl BulkPort for Backend {
             "See them",
             format!("/deliveries?destination={}&space={}", d.id, d.space_id),
         ))
+    }
+
+    async fn preview_resend_failed(
+        &self,
+        actor: &SessionUser,
+        destination: &str,
+        window: &DeliveryQuery,
+    ) -> Result<ResendFailedPreview, ConsoleError> {
+        require_role(actor, Role::Support)?;
+        let (d, filter) = self.replay(destination, window).await?;
+        let count = self
+            .storage
+            .count_resend_failed(&filter)
+            .await
+            .map_err(internal)?;
+        Ok(ResendFailedPreview {
+            destination_id: d.id.to_string(),
+            destination_url: d.url.clone(),
+            count,
+            described: describe(&window_only(window)),
+        })
     }
 
     async fn mark_read(

@@ -41,6 +41,7 @@ struct Read {
     retry_policy: Value,
     transformation: Option<String>,
     filter: Option<String>,
+    ordering: DeliveryOrdering,
 }
 
 fn whole(v: &str, what: &str) -> Result<Option<i64>, ConsoleError> {
@@ -114,6 +115,12 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
     }
     let transformation = f.transformation.trim();
     let filter = f.filter.trim();
+    let ordering = match f.ordering.trim() {
+        "" => DeliveryOrdering::Unordered,
+        o => o
+            .parse()
+            .map_err(|_| invalid(format!("Ordering must be none or fifo, not {o:?}.")))?,
+    };
     Ok(Read {
         url: f.url.trim().to_owned(),
         description: f.description.trim().to_owned(),
@@ -125,6 +132,7 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         // Kept as typed (line breaks and all), unless it is blank.
         transformation: (!transformation.is_empty()).then(|| f.transformation.clone()),
         filter: (!filter.is_empty()).then(|| f.filter.clone()),
+        ordering,
     })
 }
 
@@ -141,6 +149,7 @@ pub fn new_settings(f: &DestinationForm) -> Result<NewSettings, ConsoleError> {
         retry_policy: Some(r.retry_policy),
         transformation: r.transformation,
         filter: r.filter,
+        ordering: Some(r.ordering),
     })
 }
 
@@ -158,6 +167,7 @@ pub fn changes(f: &DestinationForm) -> Result<Changes, ConsoleError> {
         retry_policy: Some(r.retry_policy),
         transformation: Some(r.transformation),
         filter: Some(r.filter),
+        ordering: Some(r.ordering),
     })
 }
 
@@ -191,6 +201,7 @@ pub fn form_of(d: &Destination) -> DestinationForm {
             .to_owned(),
         transformation: d.transformation.clone().unwrap_or_default(),
         filter: d.filter.clone().unwrap_or_default(),
+        ordering: d.ordering.as_str().to_owned(),
         ..Default::default()
     };
     if let Ok(p) = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {
@@ -303,7 +314,7 @@ impl SettingsPort for Backend {
         }
         let now = now_ms();
         let event = Event {
-            id: EventId::new(),
+            id: EventId::new_in_order(),
             space_id: d.space_id,
             event_type: TEST_EVENT_TYPE.into(),
             payload: json!({

@@ -170,6 +170,7 @@ pub fn destination(
         created_at: d.created_at,
         filter: d.filter.clone(),
         filtered_events: d.filtered_events,
+        ordering: d.ordering.as_str().to_owned(),
     }
 }
 

@@ -122,6 +122,24 @@ string_enum!(
 );
 
 string_enum!(
+    /// Whether a destination's deliveries go out in the events' publish order (docs D12):
+    /// `fifo` sends one at a time, each only once every earlier event's delivery to it
+    /// has finished; `none` (the default) sends them side by side, as they come due.
+    DeliveryOrdering, "ordering" { Unordered = "none", Fifo = "fifo" }
+);
+
+impl DeliveryOrdering {
+    /// How many attempts may be in flight to a destination with this ordering, given
+    /// the engine's per-destination cap.
+    pub fn in_flight_cap(self, per_destination: i64) -> i64 {
+        match self {
+            DeliveryOrdering::Unordered => per_destination,
+            DeliveryOrdering::Fifo => per_destination.min(1),
+        }
+    }
+}
+
+string_enum!(
     /// An incoming webhook's status; `disabled` after 100 failed requests in a row.
     IncomingWebhookStatus, "incoming webhook status" { Active = "active", Disabled = "disabled" }
 );
@@ -129,6 +147,22 @@ string_enum!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_destination_has_one_attempt_in_flight_at_most() {
+        assert_eq!(DeliveryOrdering::Fifo.in_flight_cap(8), 1);
+        assert_eq!(DeliveryOrdering::Fifo.in_flight_cap(0), 0);
+        assert_eq!(DeliveryOrdering::Unordered.in_flight_cap(8), 8);
+        assert_eq!(
+            "fifo".parse::<DeliveryOrdering>().unwrap(),
+            DeliveryOrdering::Fifo
+        );
+        assert_eq!(
+            "none".parse::<DeliveryOrdering>().unwrap(),
+            DeliveryOrdering::Unordered
+        );
+        assert!("lifo".parse::<DeliveryOrdering>().is_err());
+    }
 
     #[test]
     fn every_error_class_round_trips_through_its_wire_name() {

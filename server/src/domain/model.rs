@@ -113,6 +113,8 @@ pub struct Destination {
     pub filter: Option<String>,
     /// Events its filter kept out.
     pub filtered_events: i64,
+    /// `fifo`: one attempt at a time, in the events' publish order (docs D12).
+    pub ordering: DeliveryOrdering,
 }
 
 impl Destination {
@@ -335,6 +337,7 @@ mod tests {
             updated_at: 0,
             filter: None,
             filtered_events: 0,
+            ordering: DeliveryOrdering::Unordered,
         }
     }
 

@@ -71,6 +71,8 @@ pub struct NewSettings {
     pub transformation: Option<String>,
     /// A jq expression on the payload (`ops::filters`); blank means none.
     pub filter: Option<String>,
+    /// `none` when `None`.
+    pub ordering: Option<DeliveryOrdering>,
 }
 
 /// Changes to a destination: `None` leaves a setting as it is; for the settings
@@ -92,6 +94,7 @@ pub struct Changes {
     pub transformation: Option<Option<String>>,
     /// `Some(None)` (or a blank expression): no filter.
     pub filter: Option<Option<String>>,
+    pub ordering: Option<DeliveryOrdering>,
 }
 
 /// Checks every setting and makes the destination, with a new signing secret.
@@ -124,6 +127,7 @@ pub async fn create(
         updated_at: now,
         filter: check_filter(s.filter, programs).await?,
         filtered_events: 0,
+        ordering: s.ordering.unwrap_or(DeliveryOrdering::Unordered),
     })
 }
 
@@ -167,6 +171,9 @@ pub async fn apply(
     }
     if let Some(filter) = c.filter {
         next.filter = check_filter(filter, programs).await?;
+    }
+    if let Some(ordering) = c.ordering {
+        next.ordering = ordering;
     }
     next.updated_at = now;
     *d = next;
@@ -544,5 +551,32 @@ mod tests {
         );
         let longest = format!("{}.*", "a".repeat(98));
         assert_eq!(check_event_type_pattern(&longest), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn ordering_is_none_unless_asked_for_and_can_be_changed() {
+        let mut d = create(
+            SpaceId::new(),
+            new("https://example.com/hook"),
+            1,
+            &InProcess,
+        )
+        .await
+        .unwrap();
+        assert_eq!(d.ordering, DeliveryOrdering::Unordered);
+        let changes = Changes {
+            ordering: Some(DeliveryOrdering::Fifo),
+            ..Default::default()
+        };
+        apply(&mut d, changes, 2, &InProcess).await.unwrap();
+        assert_eq!(d.ordering, DeliveryOrdering::Fifo);
+        apply(&mut d, Changes::default(), 3, &InProcess)
+            .await
+            .unwrap();
+        assert_eq!(
+            d.ordering,
+            DeliveryOrdering::Fifo,
+            "absent leaves it as it is"
+        );
     }
 }

@@ -256,6 +256,7 @@ mod tests {
             updated_at: 1,
             filter: filter.map(str::to_owned),
             filtered_events: 0,
+            ordering: DeliveryOrdering::Unordered,
         }
     }
 

@@ -178,7 +178,7 @@ pub async fn post_once(
     let now = crate::clock::now_ms();
     let message = message(channel, new, source, now);
     let event = Event {
-        id: EventId::new(),
+        id: EventId::new_in_order(),
         space_id: channel.space_id,
         event_type: MESSAGE_CREATED.into(),
         payload: payload(&message)?,

@@ -15,6 +15,7 @@
 //! - [`destinations`]: a destination's settings and their rules;
 //! - [`filters`]: payload filters' verdicts at publish, and the console's "try it";
 //! - [`event_types`]: the event-type catalog, and payloads checked against its schemas.
+//! - [`replay`]: which failed deliveries a resend of all failed (and its preview) takes.
 
 pub mod credentials;
 pub mod destinations;
@@ -23,6 +24,7 @@ pub mod filters;
 pub mod messages;
 pub mod names;
 pub mod rate;
+pub mod replay;
 pub mod tenants;
 
 use crate::storage::StorageError;

@@ -46,15 +46,17 @@ pub trait DeliveryStore: Send + Sync + std::fmt::Debug {
         ids: &[DeliveryId],
         now: UnixMs,
     ) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
-    /// Resends up to `limit` failed deliveries not resent before (of one destination or the
-    /// whole space), skipping those of inactive destinations.
+    /// Resends up to `limit` failed deliveries not resent before, oldest first, of those
+    /// `filter` selects (its space, destination, event type, error class and creation
+    /// window; see `ops::replay`), skipping those of inactive destinations.
     async fn resend_failed(
         &self,
-        space_id: SpaceId,
-        destination_id: Option<DestinationId>,
+        filter: &DeliveryFilter,
         limit: i64,
         now: UnixMs,
     ) -> Result<ResendFailed>;
+    /// How many [`DeliveryStore::resend_failed`] would resend, in all its calls, now.
+    async fn count_resend_failed(&self, filter: &DeliveryFilter) -> Result<i64>;
 }
 
 #[async_trait]
@@ -206,11 +208,11 @@ where
 
     async fn resend_failed(
         &self,
-        space_id: SpaceId,
-        destination_id: Option<DestinationId>,
+        filter: &DeliveryFilter,
         limit: i64,
         now: UnixMs,
     ) -> Result<ResendFailed> {
+        let space_id = filter.space_id.ok_or(StorageError::NotFound)?;
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
         // Take the write lock first (SQLite), then pick the batch.
@@ -218,30 +220,53 @@ where
             .bind(space_id.to_string())
             .execute(&mut *tx)
             .await?;
-        let pick = "FROM deliveries d JOIN destinations t ON t.id = d.destination_id \
-                    WHERE d.space_id = $1 AND d.status = 'failed' AND d.resent_as IS NULL \
-                    AND t.status = 'active' AND ($2 IS NULL OR d.destination_id = $2)";
-        let ids: Vec<(String,)> =
-            sqlx::query_as(&format!("SELECT d.id {pick} ORDER BY d.id LIMIT $3"))
-                .bind(space_id.to_string())
-                .bind(destination_id.map(|d| d.to_string()))
-                .bind(limit)
-                .fetch_all(&mut *tx)
-                .await?;
+        let mut pick = resend_failed_pick::<D>("SELECT id", filter);
+        pick.push(" ORDER BY id LIMIT ").push_bind(limit);
+        let (sql, args) = pick.into_parts()?;
+        let ids: Vec<(String,)> = sqlx::query_as_with(&sql, args).fetch_all(&mut *tx).await?;
         for (id,) in &ids {
             Self::resend_in(&mut tx, id, now).await?;
         }
-        let (remaining,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) {pick}"))
-            .bind(space_id.to_string())
-            .bind(destination_id.map(|d| d.to_string()))
-            .fetch_one(&mut *tx)
-            .await?;
+        let (sql, args) = resend_failed_pick::<D>("SELECT COUNT(*)", filter).into_parts()?;
+        let (remaining,): (i64,) = sqlx::query_as_with(&sql, args).fetch_one(&mut *tx).await?;
         tx.commit().await?;
         Ok(ResendFailed {
             resent: ids.len() as i64,
             remaining,
         })
     }
+
+    async fn count_resend_failed(&self, filter: &DeliveryFilter) -> Result<i64> {
+        if filter.space_id.is_none() {
+            return Err(StorageError::NotFound);
+        }
+        let (sql, args) = resend_failed_pick::<D>("SELECT COUNT(*)", filter).into_parts()?;
+        let (n,): (i64,) = sqlx::query_as_with(&sql, args)
+            .fetch_one(&self.read)
+            .await?;
+        Ok(n)
+    }
+}
+
+/// The deliveries resend-failed takes (docs §2.7): failed ones `f` selects (its status
+/// aside), not resent before, of active destinations. With the space, status and ID
+/// (time) bounds first, the `(space_id, status, id)` index finds them.
+fn resend_failed_pick<'a, D: Dialect>(select: &str, f: &DeliveryFilter) -> Sql<'a, D>
+where
+    for<'q> &'q str: SqlArg<'q, D::DB>,
+    String: SqlValue<D::DB>,
+{
+    let failed = DeliveryFilter {
+        status: Some(DeliveryStatus::Failed),
+        ..f.clone()
+    };
+    let mut q = Sql::<D>::new(format!("{select} FROM deliveries WHERE 1 = 1"));
+    push_filter(&mut q, &failed);
+    q.push(
+        " AND resent_as IS NULL AND EXISTS (SELECT 1 FROM destinations t \
+         WHERE t.id = deliveries.destination_id AND t.status = 'active')",
+    );
+    q
 }
 
 impl<D: Dialect> Store<D>

@@ -14,7 +14,7 @@ use super::*;
 pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
     previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
     timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
-    disabled_reason, created_at, updated_at, payload_filter, filtered_events";
+    disabled_reason, created_at, updated_at, payload_filter, filtered_events, ordering";
 
 /// Destinations: created, read, changed, enabled and disabled by the REST API and the
 /// console.
@@ -103,6 +103,7 @@ where
         .bind(d.filtered_events)
         .execute(&mut *tx)
         .await?;
+        Self::write_ordering(&mut tx, d).await?;
         Self::write_subscriptions(&mut tx, d).await?;
         tx.commit().await?;
         Ok(())
@@ -187,6 +188,7 @@ where
         if done.rows_affected() == 0 {
             return Err(StorageError::NotFound);
         }
+        Self::write_ordering(&mut tx, d).await?;
         Self::write_subscriptions(&mut tx, d).await?;
         tx.commit().await?;
         Ok(())
@@ -275,6 +277,16 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
+    /// The destination's ordering (docs D12), written apart from the other settings.
+    async fn write_ordering(tx: &mut WriteTx<'_, D::DB>, d: &Destination) -> Result<()> {
+        sqlx::query("UPDATE destinations SET ordering = $1 WHERE id = $2")
+            .bind(d.ordering.as_str())
+            .bind(d.id.to_string())
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
     /// The destination's rows in `subscriptions`, rewritten from its `event_types`.
     async fn write_subscriptions(tx: &mut WriteTx<'_, D::DB>, d: &Destination) -> Result<()> {
         sqlx::query("DELETE FROM subscriptions WHERE destination_id = $1")
@@ -328,6 +340,7 @@ pub(super) struct DestinationRow {
     updated_at: i64,
     payload_filter: Option<String>,
     filtered_events: i64,
+    ordering: String,
 }
 
 impl TryFrom<DestinationRow> for Destination {
@@ -371,6 +384,7 @@ impl TryFrom<DestinationRow> for Destination {
             updated_at: r.updated_at,
             filter: r.payload_filter,
             filtered_events: r.filtered_events,
+            ordering: parse("destinations.ordering", &r.ordering)?,
         })
     }
 }

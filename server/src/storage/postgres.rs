@@ -4,7 +4,7 @@
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::deliveries::{DeliveryRow, DELIVERY};
-use super::queue::claim_sql;
+use super::queue::{claim_sql, fifo_head};
 use super::store::{convert_all, Dialect, Store};
 use super::write::{Durability, WriteTx, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
@@ -91,8 +91,8 @@ impl Dialect for Postgres {
     }
 
     /// One statement for all the destinations (each one's earliest due deliveries through
-    /// `LATERAL … LIMIT` its free slots): a round trip to the server per destination would
-    /// cost more than the claim itself.
+    /// `LATERAL … LIMIT` its free slots; a FIFO one's head, when it has nothing in flight):
+    /// a round trip to the server per destination would cost more than the claim itself.
     async fn claim_for(
         store: &Store<Self>,
         destinations: &[DestinationId],
@@ -103,7 +103,9 @@ impl Dialect for Postgres {
     ) -> Result<Vec<Delivery>> {
         let sql = format!(
             "WITH targets AS ( \
-               SELECT t.destination_id, t.ord FROM unnest($1::text[]) WITH ORDINALITY AS t(destination_id, ord) \
+               SELECT t.destination_id, t.ord, COALESCE(dst.ordering = 'fifo', FALSE) AS fifo \
+               FROM unnest($1::text[]) WITH ORDINALITY AS t(destination_id, ord) \
+               LEFT JOIN destinations dst ON dst.id = t.destination_id \
              ), busy AS ( \
                SELECT destination_id, COUNT(*) AS n FROM deliveries \
                WHERE status = 'sending' AND destination_id = ANY($1::text[]) GROUP BY destination_id \
@@ -112,11 +114,18 @@ impl Dialect for Postgres {
                LEFT JOIN busy ON busy.destination_id = targets.destination_id \
                CROSS JOIN LATERAL ( \
                  SELECT id, status, next_attempt_at FROM deliveries \
-                 WHERE destination_id = targets.destination_id AND status IN ('pending', 'retrying') \
+                 WHERE NOT targets.fifo AND destination_id = targets.destination_id \
+                   AND status IN ('pending', 'retrying') \
                    AND paused = FALSE AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
                  ORDER BY next_attempt_at, id \
                  LIMIT GREATEST($4 - COALESCE(busy.n, 0), 0) \
                ) x \
+               UNION ALL \
+               SELECT h.id, h.status, h.next_attempt_at, targets.ord FROM targets \
+               JOIN deliveries h ON h.id = ({head}) \
+               WHERE targets.fifo AND $4 >= 1 \
+                 AND NOT EXISTS (SELECT 1 FROM busy WHERE busy.destination_id = targets.destination_id) \
+                 AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
              ), ranked AS ( \
                SELECT id, status, next_attempt_at, ord, \
                  ROW_NUMBER() OVER (PARTITION BY status ORDER BY next_attempt_at, id) AS nth FROM due \
@@ -129,7 +138,8 @@ impl Dialect for Postgres {
                                                     WHERE d.id = deliveries.destination_id) \
              WHERE id IN (SELECT id FROM chosen) \
              RETURNING {}",
-            DELIVERY
+            DELIVERY,
+            head = fifo_head("targets.destination_id"),
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
         let mut writer = store.writes.writer(Durability::Engine).await?;

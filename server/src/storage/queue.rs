@@ -13,27 +13,51 @@ use super::*;
 /// How many of the earliest due deliveries a claim looks at to find ones it may take.
 pub(super) const CLAIM_SCAN: i64 = 5000;
 
+/// The ordering rule of a FIFO destination (docs D12): the one delivery of `destination`
+/// that may go next, its **head** — the waiting one (pending or retrying, due or not,
+/// paused or not) of the earliest event. Event IDs sort in publish order and a resend's
+/// copy keeps its event's place. Read from the `deliveries_waiting_in_order` index: one
+/// lookup per FIFO destination, whatever its backlog.
+pub(super) fn fifo_head(destination: &str) -> String {
+    format!(
+        "SELECT e.id FROM deliveries e WHERE e.destination_id = {destination} \
+         AND e.status IN ('pending', 'retrying') ORDER BY e.event_id, e.id LIMIT 1"
+    )
+}
+
 /// The claim, shared by both backends: the earliest due deliveries, at most
 /// `$4` in flight per destination (counting what is already `sending`, on every
 /// instance), at most `$5` of them retries, moved to `sending` under a lease.
 /// `$1` now, `$2` limit, `$3` lease margin. Destinations already at their cap are
 /// left out while scanning, so their backlog never hides other destinations' work;
 /// `due_index` names the index to scan where the planner needs telling (SQLite).
+/// FIFO destinations (docs D12) are stepped over by the scan like those at their cap
+/// (one more look-up in the small `fifo` set per row): each one that has nothing in
+/// flight adds its [`fifo_head`], if that is due.
 pub(super) fn claim_sql(due_index: &str) -> String {
     format!(
         "WITH busy AS ( \
            SELECT destination_id, COUNT(*) AS n FROM deliveries WHERE status = 'sending' GROUP BY destination_id \
+         ), fifo AS ( \
+           SELECT id FROM destinations WHERE ordering = 'fifo' \
          ), due AS ( \
            SELECT id, destination_id, status, next_attempt_at FROM deliveries {due_index} \
            WHERE status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $1 \
              AND destination_id NOT IN (SELECT destination_id FROM busy WHERE n >= $4) \
+             AND destination_id NOT IN (SELECT id FROM fifo) \
            ORDER BY next_attempt_at, id LIMIT {CLAIM_SCAN} \
+         ), heads AS ( \
+           SELECT h.id, h.destination_id, h.status, h.next_attempt_at FROM fifo \
+           JOIN deliveries h ON h.id = ({head}) \
+           WHERE fifo.id NOT IN (SELECT destination_id FROM busy) \
+             AND h.paused = FALSE AND h.next_attempt_at <= $1 \
          ), ranked AS ( \
-           SELECT due.id, due.status, due.next_attempt_at, \
-             ROW_NUMBER() OVER (PARTITION BY due.destination_id ORDER BY due.next_attempt_at, due.id) \
+           SELECT cand.id, cand.status, cand.next_attempt_at, \
+             ROW_NUMBER() OVER (PARTITION BY cand.destination_id ORDER BY cand.next_attempt_at, cand.id) \
                + COALESCE(busy.n, 0) AS slot, \
-             ROW_NUMBER() OVER (PARTITION BY due.status ORDER BY due.next_attempt_at, due.id) AS nth \
-           FROM due LEFT JOIN busy ON busy.destination_id = due.destination_id \
+             ROW_NUMBER() OVER (PARTITION BY cand.status ORDER BY cand.next_attempt_at, cand.id) AS nth \
+           FROM (SELECT * FROM due UNION ALL SELECT * FROM heads) AS cand \
+           LEFT JOIN busy ON busy.destination_id = cand.destination_id \
          ), chosen AS ( \
            SELECT id FROM ranked WHERE slot <= $4 AND (status = 'pending' OR nth <= $5) \
            ORDER BY next_attempt_at, id LIMIT $2 \
@@ -43,7 +67,8 @@ pub(super) fn claim_sql(due_index: &str) -> String {
                                                 WHERE t.id = deliveries.destination_id) \
          WHERE id IN (SELECT id FROM chosen) \
          RETURNING {}",
-        DELIVERY
+        DELIVERY,
+        head = fifo_head("fifo.id"),
     )
 }
 

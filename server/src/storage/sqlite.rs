@@ -12,7 +12,7 @@ use sqlx::sqlite::{
 };
 
 use super::deliveries::{DeliveryRow, DELIVERY};
-use super::queue::claim_sql;
+use super::queue::{claim_sql, fifo_head};
 use super::store::{convert_all, Dialect, Store};
 use super::write::{Durability, WriteTx, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
@@ -132,22 +132,34 @@ impl Dialect for Sqlite {
                 break;
             }
             let destination = destination.to_string();
-            let busy: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM deliveries WHERE destination_id = $1 AND status = 'sending'",
+            let (busy, ordering): (i64, Option<String>) = sqlx::query_as(
+                "SELECT COUNT(*), (SELECT ordering FROM destinations WHERE id = $1) \
+                 FROM deliveries WHERE destination_id = $1 AND status = 'sending'",
             )
             .bind(&destination)
             .fetch_one(&mut *tx)
             .await?;
-            let free = (limits.per_destination - busy).min(room);
+            let ordering = match ordering {
+                Some(o) => o
+                    .parse()
+                    .map_err(|e| StorageError::Corrupt(format!("destinations.ordering: {e}")))?,
+                None => DeliveryOrdering::Unordered,
+            };
+            let free = (ordering.in_flight_cap(limits.per_destination) - busy).min(room);
             if free <= 0 {
                 continue;
             }
-            let due: Vec<(String, String)> = sqlx::query_as(
-                "SELECT id, status FROM deliveries \
+            // A FIFO destination's only candidate is its head (docs D12).
+            let candidates = match ordering {
+                DeliveryOrdering::Fifo => format!(" AND d.id = ({})", fifo_head("$1")),
+                DeliveryOrdering::Unordered => String::new(),
+            };
+            let due: Vec<(String, String)> = sqlx::query_as(&format!(
+                "SELECT id, status FROM deliveries d \
                  WHERE destination_id = $1 AND status IN ('pending', 'retrying') AND paused = FALSE \
-                   AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
+                   AND next_attempt_at <= $2 AND ($3 OR status = 'pending'){candidates} \
                  ORDER BY next_attempt_at, id LIMIT $4",
-            )
+            ))
             .bind(&destination)
             .bind(now)
             .bind(retries_left > 0)

@@ -684,3 +684,66 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+on_both_backends! {
+    async fn send_again_all_failed_shows_the_windows_count_before_it_sends_and_the_form_sets_fifo(db) {
+        user(&db, "admin@example.com", Role::Admin).await;
+        let rx = server::testkit::Receiver::start().await;
+        rx.set_default(server::testkit::Reply::status(400));
+        let app = spawn_app(&db).await.with_space().await;
+        let dst = app.destination(json!({"url": rx.url("/hook")})).await;
+        let dst = dst["id"].as_str().unwrap().to_owned();
+        let a1 = app.publish("order.paid", json!({"n": 1})).await;
+        let a2 = app.publish("order.paid", json!({"n": 2})).await;
+        let b = app.publish("order.shipped", json!({"n": 3})).await;
+        for e in [&a1, &a2, &b] {
+            app.wait_for_delivery(e, "failed").await;
+        }
+        let base = app.url("");
+        let admin = session(&base, "admin@example.com").await;
+
+        // The page (no JavaScript needed) counts the window's failed deliveries first.
+        let page = format!("{base}/destinations/{dst}/resend-failed?event_type=order.paid&last=1h");
+        let html = admin.get(&page).send().await.unwrap().text().await.unwrap();
+        assert!(html.contains("Send again 2 failed deliveries of"), "{html}");
+        assert!(html.contains("event type order.paid"), "{html}");
+        let all = admin.get(format!("{base}/destinations/{dst}/resend-failed")).send().await.unwrap().text().await.unwrap();
+        assert!(all.contains("Send again 3 failed deliveries of"), "{all}");
+        assert_eq!(rx.received().len(), 3, "counting sent nothing");
+
+        // Confirmed (a plain form post): the two of the window go, the other stays.
+        let resp = admin
+            .post(format!("{base}/api/resend_failed"))
+            .header("accept", "text/html")
+            .header("referer", &page)
+            .form(&[("destination", dst.as_str()), ("event_type", "order.paid"), ("last", "1h"),
+                    ("since", ""), ("until", ""), ("error_class", "")])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 302);
+        rx.wait_for(5).await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert_eq!(rx.received().len(), 5);
+        for (e, resent) in [(&a1, true), (&a2, true), (&b, false)] {
+            let ds = app.deliveries_of(e).await;
+            assert_eq!(ds.iter().any(|d| !d["resentAs"].is_null()), resent, "{e}: {ds:?}");
+        }
+
+        // The settings form sets the order.
+        let (status, body) = call(&admin, &base, "destination_edit", &[("id", &dst)]).await;
+        assert_eq!(status, 200, "{body}");
+        let shown: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(shown["form"]["ordering"], "none", "{shown}");
+        let form = [("id", dst.as_str()), ("url", "https://example.com/a"), ("ordering", "fifo")];
+        let (status, body) = call(&admin, &base, "update_destination", &form).await;
+        assert_eq!(status, 200, "{body}");
+        let (_, d) = app.get(&format!("/destinations/{dst}")).await;
+        assert_eq!(d["ordering"], "fifo", "{d}");
+        let html = admin.get(format!("{base}/destinations/{dst}")).send().await.unwrap().text().await.unwrap();
+        assert!(html.contains("in order (FIFO)"), "the destination page shows it");
+        let (_, body) = call(&admin, &base, "update_destination", &[("id", dst.as_str()), ("url", "https://example.com/a"), ("ordering", "lifo")]).await;
+        assert!(body.contains("Ordering must be none or fifo"), "{body}");
+        app.stop().await;
+    }
+}

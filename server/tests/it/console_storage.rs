@@ -35,6 +35,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         updated_at: now,
         filter: None,
         filtered_events: 0,
+        ordering: DeliveryOrdering::Unordered,
     };
     s.create_destination(&d).await.unwrap();
     for i in 0..3 {

@@ -31,14 +31,14 @@ const ENGINE_CONCURRENCY: usize = 64;
 
 /// A `partyflow serve` child process; killed (SIGKILL) when dropped, so a failing
 /// test leaves nothing behind. Its log goes to a file, shown when the test fails.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     log: PathBuf,
 }
 
 impl Server {
-    async fn start(db_url: &str, log_dir: &Path, name: &str) -> Server {
+    pub(crate) async fn start(db_url: &str, log_dir: &Path, name: &str) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -100,7 +100,7 @@ impl Server {
     }
 
     /// SIGKILL: no shutdown, no chance to release claims or finish attempts.
-    fn kill_9(mut self) {
+    pub(crate) fn kill_9(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }

@@ -34,6 +34,10 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/projects/{project}/deliveries/resend"),
     ("post", "/v1/projects/{project}/deliveries/cancel"),
     ("post", "/v1/projects/{project}/deliveries/resend-failed"),
+    (
+        "post",
+        "/v1/projects/{project}/deliveries/resend-failed/preview",
+    ),
     ("post", "/v1/projects/{project}/channels"),
     ("get", "/v1/projects/{project}/channels"),
     ("get", "/v1/projects/{project}/channels/{id}"),

@@ -45,6 +45,7 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
         updated_at: NOW,
         filter: None,
         filtered_events: 0,
+        ordering: DeliveryOrdering::Unordered,
     }
 }
 

@@ -18,6 +18,7 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
+use crate::ops::replay::{self, Replay};
 use crate::storage::{BulkOutcome, DeliveryFilter, StorageError};
 
 pub fn router() -> Router<AppState> {
@@ -27,6 +28,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/projects/{project}/deliveries/resend-failed",
             post(resend_failed),
+        )
+        .route(
+            "/projects/{project}/deliveries/resend-failed/preview",
+            post(preview_resend_failed),
         )
         .route("/projects/{project}/deliveries/cancel", post(cancel_many))
         .route("/projects/{project}/deliveries/{id}", get(read))
@@ -60,6 +65,7 @@ struct ChosenBody {
 }
 
 /// Which failed deliveries to resend; no body, `null` or `{}` means the whole project.
+/// Every field narrows the choice.
 #[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = ResendFailed)]
@@ -67,6 +73,21 @@ struct ResendFailedBody {
     /// Only this destination's failed deliveries.
     #[serde(default)]
     destination_id: Option<String>,
+    /// Only deliveries created at or after this time (RFC 3339 or Unix milliseconds, as
+    /// a string). A delivery is created when its event is published (a resent copy: when
+    /// it was resent).
+    #[serde(default)]
+    since: Option<String>,
+    /// Only deliveries created before this time (RFC 3339 or Unix milliseconds, as a string).
+    #[serde(default)]
+    until: Option<String>,
+    /// Only deliveries of events of this type.
+    #[serde(default)]
+    event_type: Option<String>,
+    /// Only deliveries whose last attempt failed with this class.
+    #[serde(default)]
+    #[schema(value_type = Option<ErrorClass>)]
+    error_class: Option<String>,
 }
 
 /// One line of a bulk answer: what happened to each ID asked for.
@@ -256,13 +277,21 @@ struct ResendFailedAnswer {
     remaining: i64,
 }
 
+/// How many failed deliveries resend-failed would resend with the same body, in all
+/// its calls; nothing is sent.
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct ResendFailedPreview {
+    count: i64,
+}
+
 #[utoipa::path(
     post,
     path = "/v1/projects/{project}/deliveries/resend-failed",
     operation_id = "resendFailedDeliveries",
     tag = "Deliveries",
     summary = "Resend failed deliveries",
-    description = "Resends up to 1000 `failed` deliveries of the project (or of one destination) that were not resent before, oldest first.",
+    description = "Resends up to 1000 `failed` deliveries of the project (or of one destination, event type, error class or creation window) that were not resent before, oldest first.",
     params(ProjectPath),
     request_body(content = Option<ResendFailedBody>, description = "Optional; JSON whatever the `Content-Type`", content_type = "application/json"),
     responses(
@@ -281,7 +310,58 @@ async fn resend_failed(
     Path(project): Path<String>,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<ResendFailedAnswer>, ApiError> {
-    let space_id = caller.space(&project)?;
+    let filter = replay_of(&state, &caller, &project, body).await?;
+    let done = state
+        .storage
+        .resend_failed(&filter, MAX_RESEND_FAILED, now_ms())
+        .await?;
+    if done.resent > 0 {
+        state.engine.wake();
+    }
+    Ok(Json(ResendFailedAnswer {
+        resent: done.resent,
+        remaining: done.remaining,
+    }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/projects/{project}/deliveries/resend-failed/preview",
+    operation_id = "previewResendFailedDeliveries",
+    tag = "Deliveries",
+    summary = "Count the failed deliveries a resend would take",
+    description = "Takes the body of resend-failed and answers how many deliveries it would resend now, in all its calls, without sending any.",
+    params(ProjectPath),
+    request_body(content = Option<ResendFailedBody>, description = "Optional; JSON whatever the `Content-Type`", content_type = "application/json"),
+    responses(
+        (status = 200, description = "How many would be resent", body = ResendFailedPreview),
+        (status = 400, description = "The body is not valid JSON (`malformed_json`) or could not be read", body = ErrorBody),
+        (status = 401, response = Unauthorized),
+        (status = 404, description = "No such project, or no such destination in it (`not_found`)", body = ErrorBody),
+        (status = 413, response = PayloadTooLarge),
+        (status = 422, response = Unprocessable),
+        (status = 500, response = InternalError),
+    )
+)]
+async fn preview_resend_failed(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(project): Path<String>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<Json<ResendFailedPreview>, ApiError> {
+    let filter = replay_of(&state, &caller, &project, body).await?;
+    let count = state.storage.count_resend_failed(&filter).await?;
+    Ok(Json(ResendFailedPreview { count }))
+}
+
+/// The failed deliveries a resend-failed body chooses (the rule: [`ops::replay`]).
+async fn replay_of(
+    state: &AppState,
+    caller: &Caller,
+    project: &str,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
+) -> Result<DeliveryFilter, ApiError> {
+    let space_id = caller.space(project)?;
     let body = body.map_err(|rejection| match rejection.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::Status {
             status: StatusCode::PAYLOAD_TOO_LARGE,
@@ -331,17 +411,21 @@ async fn resend_failed(
             Some(id)
         }
     };
-    let done = state
-        .storage
-        .resend_failed(space_id, destination_id, MAX_RESEND_FAILED, now_ms())
-        .await?;
-    if done.resent > 0 {
-        state.engine.wake();
-    }
-    Ok(Json(ResendFailedAnswer {
-        resent: done.resent,
-        remaining: done.remaining,
-    }))
+    let error_class = match body.error_class {
+        None => None,
+        Some(raw) => Some(
+            raw.parse::<ErrorClass>()
+                .map_err(|e| ApiError::invalid("invalid_filter", format!("errorClass: {e}")))?,
+        ),
+    };
+    let replay = Replay {
+        destination_id,
+        event_type: body.event_type,
+        error_class,
+        since: body.since.map(|s| parse_time("since", &s)).transpose()?,
+        until: body.until.map(|s| parse_time("until", &s)).transpose()?,
+    };
+    Ok(replay::failed_filter(space_id, replay)?)
 }
 
 #[utoipa::path(

@@ -87,6 +87,9 @@ struct CreateBody {
     /// `invalid_filter`).
     #[serde(default)]
     filter: Option<String>,
+    /// `none` by default.
+    #[serde(default)]
+    ordering: Option<DeliveryOrdering>,
 }
 
 /// Absent stays `None`; `null` becomes `Some(None)`: PATCH can clear a field.
@@ -136,6 +139,8 @@ struct UpdateBody {
     #[serde(default, deserialize_with = "nullable")]
     #[schema(value_type = Option<String>)]
     filter: Option<Option<String>>,
+    #[serde(default)]
+    ordering: Option<DeliveryOrdering>,
 }
 
 /// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::ops::destinations`]).
@@ -186,6 +191,7 @@ async fn create(
         retry_policy: body.retry_policy,
         transformation: body.transformation,
         filter: body.filter,
+        ordering: body.ordering,
     };
     let destination = destinations::create(space_id, settings, now_ms(), &state.sandbox).await?;
     state.storage.create_destination(&destination).await?;
@@ -308,6 +314,7 @@ async fn update(
         retry_policy: body.retry_policy,
         transformation: body.transformation,
         filter: body.filter,
+        ordering: body.ordering,
     };
     destinations::apply(&mut d, changes, now_ms(), &state.sandbox).await?;
     state.storage.update_destination(&d).await?;

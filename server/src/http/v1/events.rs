@@ -130,7 +130,7 @@ async fn publish(
     };
     let now = now_ms();
     let event = Event {
-        id: EventId::new(),
+        id: EventId::new_in_order(),
         space_id,
         event_type: body.event_type,
         payload: body.payload,

@@ -78,6 +78,7 @@ pub fn router() -> Router<AppState> {
         deliveries::resend_many,
         deliveries::cancel_many,
         deliveries::resend_failed,
+        deliveries::preview_resend_failed,
         channels::create,
         channels::list,
         channels::read,
@@ -418,6 +419,9 @@ enum_schemas! {
     IncomingWebhookStatus => "`disabled` after 100 failed requests in a row, or by hand.",
     MessageSourceKind => "Who posted a message.",
     RatePeriod => "The window of a rate limit.",
+    DeliveryOrdering => "`fifo`: one attempt at a time, in the events' publish order; a \
+        delivery waits while an earlier event's delivery to the destination is pending or \
+        retrying (a failed or cancelled one does not hold it up). `none`: side by side.",
 }
 
 impl PartialSchema for RateLimit {

@@ -72,6 +72,7 @@ pub struct DestinationView {
     pub filter: Option<String>,
     /// Events its filter kept out (`false` or `null`).
     pub filtered_events: i64,
+    pub ordering: DeliveryOrdering,
 }
 
 impl DestinationView {
@@ -96,6 +97,7 @@ impl DestinationView {
             previous_secret_expires_at: None,
             filter: d.filter.clone(),
             filtered_events: d.filtered_events,
+            ordering: d.ordering,
         }
     }
 }
