@@ -244,6 +244,7 @@ pub async fn create_destination(
     #[server(default)] rate_count: String,
     #[server(default)] rate_period: String,
     #[server(default)] transformation: String,
+    #[server(default)] headers: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -262,6 +263,7 @@ pub async fn create_destination(
         rate_count,
         rate_period,
         transformation,
+        headers: SecretText(headers),
     };
     let notice = crate::port::backend()?
         .create_destination(&user, &form)
@@ -287,6 +289,7 @@ pub async fn update_destination(
     #[server(default)] rate_count: String,
     #[server(default)] rate_period: String,
     #[server(default)] transformation: String,
+    #[server(default)] headers: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -305,6 +308,7 @@ pub async fn update_destination(
         rate_count,
         rate_period,
         transformation,
+        headers: SecretText(headers),
     };
     let notice = crate::port::backend()?
         .update_destination(&user, &form)

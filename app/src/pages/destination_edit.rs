@@ -1,5 +1,6 @@
 //! A destination's settings (admins only): URL, description, event types, rate
-//! limit, timeout, retry policy (a preset and its overrides) and transformation.
+//! limit, timeout, retry policy (a preset and its overrides), transformation and
+//! headers of its own (shown masked).
 //! The server checks them by the REST API's rules and says what is wrong; a plain
 //! form post works without JavaScript. [`SettingsFields`] is shared with the form
 //! for a new destination.
@@ -169,6 +170,19 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
             <label>"A jq program applied to each payload before it is sent (empty for none)"
                 <textarea name="transformation" rows="4" spellcheck="false" class="mono" placeholder="e.g. {id: .id, text: .text}">{f.transformation}</textarea>
             </label>
+        </fieldset>
+        <fieldset>
+            <legend>"Headers"</legend>
+            <label>"Headers of its own, sent on every attempt: one Name: value a line (empty for none)"
+                <textarea name="headers" rows="3" spellcheck="false" autocomplete="off" class="mono" data-testid="headers-field"
+                    placeholder="Authorization: Basic dXNlcjpwYXNz\nX-Team: ops">{f.headers.0}</textarea>
+            </label>
+            <p class="small muted">
+                "Values are secrets: once saved they are shown masked (••••…1234). Leave a masked line as it is to keep "
+                "its value, type a new value to replace it, delete the line to remove the header. At most 20 headers, "
+                "4096 bytes in all; webhook-*, content-type, content-length, host, connection, transfer-encoding and "
+                "user-agent are set by PartyFlow Hooks."
+            </p>
         </fieldset>
     }
 }

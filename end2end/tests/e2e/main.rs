@@ -6,6 +6,7 @@
 mod admin;
 mod deliveries;
 mod first_run;
+mod headers;
 mod login;
 mod manage;
 mod notifications;

@@ -624,6 +624,7 @@ async fn bench() -> anyhow::Result<()> {
                 disabled_reason: None,
                 created_at: now,
                 updated_at: now,
+                headers: server::domain::CustomHeaders::default(),
             };
             storage.create_destination(&d).await?;
         }
@@ -701,6 +702,7 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
             event_type: "backlog".into(),
             payload: json!({}),
             created_at: server::clock::now_ms(),
+            deliver_at: None,
         },
         idempotency_key: None,
         request_hash: String::new(),

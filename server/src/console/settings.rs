@@ -18,6 +18,7 @@ use crate::dispatch::retry::RetryPolicy;
 use crate::domain::Role;
 use crate::domain::*;
 use crate::ops::destinations::{self, Changes, NewSettings, SettingsError};
+use crate::ops::headers::HeaderChanges;
 use crate::storage::StorageError;
 
 /// The event type of a test event (docs §6).
@@ -39,6 +40,7 @@ struct Read {
     timeout_seconds: Option<i64>,
     retry_policy: Value,
     transformation: Option<String>,
+    headers: HeaderChanges,
 }
 
 fn whole(v: &str, what: &str) -> Result<Option<i64>, ConsoleError> {
@@ -68,6 +70,26 @@ fn number(n: f64) -> Value {
     } else {
         json!(n)
     }
+}
+
+/// The header lines of the form, `Name: value` each (blank lines skipped), as the
+/// whole list of headers: a masked value keeps the current one (`ops::headers`).
+fn header_lines(text: &str) -> Result<HeaderChanges, ConsoleError> {
+    let mut headers = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(invalid(format!(
+                "Headers: line {} needs the form Name: value.",
+                n + 1
+            )));
+        };
+        headers.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    Ok(HeaderChanges::Replace(headers))
 }
 
 fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
@@ -121,6 +143,7 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         retry_policy: Value::Object(policy),
         // Kept as typed (line breaks and all), unless it is blank.
         transformation: (!transformation.is_empty()).then(|| f.transformation.clone()),
+        headers: header_lines(&f.headers.0)?,
     })
 }
 
@@ -136,6 +159,7 @@ pub fn new_settings(f: &DestinationForm) -> Result<NewSettings, ConsoleError> {
         timeout_seconds: r.timeout_seconds,
         retry_policy: Some(r.retry_policy),
         transformation: r.transformation,
+        headers: Some(r.headers),
     })
 }
 
@@ -152,6 +176,7 @@ pub fn changes(f: &DestinationForm) -> Result<Changes, ConsoleError> {
         timeout_seconds: Some(r.timeout_seconds.unwrap_or(30)),
         retry_policy: Some(r.retry_policy),
         transformation: Some(r.transformation),
+        headers: Some(r.headers),
     })
 }
 
@@ -184,6 +209,12 @@ pub fn form_of(d: &Destination) -> DestinationForm {
             .map_or("second", |r| r.period.as_str())
             .to_owned(),
         transformation: d.transformation.clone().unwrap_or_default(),
+        headers: SecretText(
+            crate::ops::headers::masked(&d.headers)
+                .iter()
+                .map(|(n, v)| format!("{n}: {v}\n"))
+                .collect(),
+        ),
         ..Default::default()
     };
     if let Ok(p) = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {
@@ -306,6 +337,7 @@ impl SettingsPort for Backend {
                 "message": "A test event sent from the PartyFlow Hooks console.",
             }),
             created_at: now,
+            deliver_at: None,
         };
         let delivery = match self.storage.publish_test_event(&event, d.id, now).await {
             Ok(delivery) => delivery,
@@ -405,6 +437,55 @@ mod tests {
         })
         .await;
         assert!(m.contains("whole number"), "{m}");
+    }
+
+    #[tokio::test]
+    async fn header_lines_are_read_and_a_masked_line_keeps_its_value() {
+        let d = create(&DestinationForm {
+            headers: SecretText("Authorization: Bearer abc-1234\r\n\n  X-Team:ops \n".into()),
+            ..form("https://example.com/hook")
+        })
+        .await
+        .unwrap();
+        assert_eq!(d.headers.get("authorization"), Some("Bearer abc-1234"));
+        assert_eq!(d.headers.get("x-team"), Some("ops"));
+
+        let shown = form_of(&d);
+        assert_eq!(shown.headers.0, "Authorization: ••••…1234\nX-Team: ••••\n");
+        assert!(!format!("{shown:?}").contains("abc-1234"));
+        let mut again = d.clone();
+        let edited = DestinationForm {
+            headers: SecretText("Authorization: ••••…1234\nX-New: 1".into()),
+            ..shown
+        };
+        destinations::apply(
+            &mut again,
+            changes(&edited).unwrap(),
+            2,
+            &destinations::InProcess,
+        )
+        .await
+        .unwrap();
+        assert_eq!(again.headers.get("authorization"), Some("Bearer abc-1234"));
+        assert_eq!(again.headers.get("x-team"), None, "a line removed");
+        assert_eq!(again.headers.get("x-new"), Some("1"));
+
+        let refusal = |text: &str| {
+            let f = DestinationForm {
+                headers: SecretText(text.into()),
+                ..form("https://example.com")
+            };
+            async move {
+                match create(&f).await {
+                    Err(ConsoleError::Invalid(m)) => m,
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        let m = refusal("X-Team ops").await;
+        assert!(m.contains("line 1"), "{m}");
+        let m = refusal("X-Ok: 1\nUser-Agent: me").await;
+        assert!(m.starts_with("Headers: User-Agent is set by"), "{m}");
     }
 
     #[tokio::test]

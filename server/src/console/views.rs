@@ -168,6 +168,7 @@ pub fn destination(
         failed_unresent,
         has_transformation: d.transformation.is_some(),
         created_at: d.created_at,
+        headers: crate::ops::headers::masked(&d.headers),
     }
 }
 

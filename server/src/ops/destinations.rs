@@ -1,6 +1,7 @@
 //! A destination's settings and the rules they follow (docs §1, §2.3, §2.5, §2.9,
 //! §2.10), in one place for every way of making or changing one: the REST API
-//! (`http::v1::destinations`) and the console (`console::settings`).
+//! (`http::v1::destinations`) and the console (`console::settings`). Its request
+//! headers have their own module, [`super::headers`].
 //!
 //! Callers turn their input (JSON, a form) into [`NewSettings`] or [`Changes`];
 //! [`create`] and [`apply`] check every value and build or change the
@@ -14,6 +15,8 @@ use crate::dispatch::transform::TransformError;
 use crate::dispatch::{retry::RetryPolicy, signing};
 use crate::domain::*;
 use crate::sandbox::Sandbox;
+
+use super::headers::{self, HeaderChanges};
 
 /// What checks that a transformation compiles: in the server, the sandbox (a
 /// program that crashes the compiler ends a worker, not the server).
@@ -69,6 +72,8 @@ pub struct NewSettings {
     pub retry_policy: Option<Value>,
     /// A jq program; blank means none.
     pub transformation: Option<String>,
+    /// Its own request headers; none when `None`.
+    pub headers: Option<HeaderChanges>,
 }
 
 /// Changes to a destination: `None` leaves a setting as it is; for the settings
@@ -88,6 +93,8 @@ pub struct Changes {
     pub retry_policy: Option<Value>,
     /// `Some(None)` (or a blank program): no transformation.
     pub transformation: Option<Option<String>>,
+    /// Changes to its request headers (merged or replaced: [`HeaderChanges`]).
+    pub headers: Option<HeaderChanges>,
 }
 
 /// Checks every setting and makes the destination, with a new signing secret.
@@ -118,6 +125,10 @@ pub async fn create(
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        headers: match s.headers {
+            Some(h) => headers::apply(&CustomHeaders::default(), h)?,
+            None => CustomHeaders::default(),
+        },
     })
 }
 
@@ -158,6 +169,9 @@ pub async fn apply(
     }
     if let Some(program) = c.transformation {
         next.transformation = check_transformation(program, programs).await?;
+    }
+    if let Some(h) = c.headers {
+        next.headers = headers::apply(&d.headers, h)?;
     }
     next.updated_at = now;
     *d = next;

@@ -177,6 +177,7 @@ pub async fn post_once(
             event_type: MESSAGE_CREATED.into(),
             payload: payload(&message)?,
             created_at: now,
+            deliver_at: None,
         },
         idempotency_key: None,
         request_hash: String::new(),

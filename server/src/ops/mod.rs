@@ -12,13 +12,17 @@
 //! - [`names`]: names and their limits, one per kind, and the one trimming rule;
 //! - [`tenants`]: creating spaces (with their first API key) and users;
 //! - [`rate`]: the per-second rate windows and `Retry-After`;
-//! - [`destinations`]: a destination's settings and their rules.
+//! - [`destinations`]: a destination's settings and their rules;
+//! - [`headers`]: a destination's own request headers (names, limits, merging, masking);
+//! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out).
 
 pub mod credentials;
 pub mod destinations;
+pub mod headers;
 pub mod messages;
 pub mod names;
 pub mod rate;
+pub mod schedule;
 pub mod tenants;
 
 use crate::storage::StorageError;

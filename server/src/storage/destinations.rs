@@ -14,7 +14,7 @@ use super::*;
 pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
     previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
     timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
-    disabled_reason, created_at, updated_at";
+    disabled_reason, created_at, updated_at, headers";
 
 /// Destinations: created, read, changed, enabled and disabled by the REST API and the
 /// console.
@@ -71,8 +71,8 @@ where
             "INSERT INTO destinations (id, space_id, url, description, event_types, secret, previous_secret, \
              previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, timeout_seconds, \
              retry_policy, transformation, status, consecutive_dead_letters, skipped_events, disabled_reason, \
-             created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+             created_at, updated_at, headers) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
         )
         .bind(d.id.to_string())
         .bind(d.space_id.to_string())
@@ -94,6 +94,7 @@ where
         .bind(&d.disabled_reason)
         .bind(d.created_at)
         .bind(d.updated_at)
+        .bind(headers_json(&d.headers))
         .execute(&mut *tx)
         .await?;
         Self::write_subscriptions(&mut tx, d).await?;
@@ -157,7 +158,7 @@ where
             "UPDATE destinations SET url = $1, description = $2, event_types = $3, secret = $4, \
              previous_secret = $5, previous_secret_expires_at = $6, rate_limit_count = $7, \
              rate_limit_period = $8, max_attempts = $9, timeout_seconds = $10, retry_policy = $11, \
-             transformation = $12, updated_at = $13 WHERE id = $14 AND space_id = $15",
+             transformation = $12, updated_at = $13, headers = $16 WHERE id = $14 AND space_id = $15",
         )
         .bind(&d.url)
         .bind(&d.description)
@@ -174,6 +175,7 @@ where
         .bind(d.updated_at)
         .bind(d.id.to_string())
         .bind(d.space_id.to_string())
+        .bind(headers_json(&d.headers))
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
@@ -304,6 +306,7 @@ pub(super) struct DestinationRow {
     disabled_reason: Option<String>,
     created_at: i64,
     updated_at: i64,
+    headers: String,
 }
 
 impl TryFrom<DestinationRow> for Destination {
@@ -345,6 +348,30 @@ impl TryFrom<DestinationRow> for Destination {
             disabled_reason: r.disabled_reason,
             created_at: r.created_at,
             updated_at: r.updated_at,
+            headers: headers_of(&r.headers)?,
         })
     }
+}
+
+/// A destination's headers as stored: a JSON object of name to value.
+fn headers_json(headers: &CustomHeaders) -> String {
+    let object: serde_json::Map<String, serde_json::Value> = headers
+        .iter()
+        .map(|(n, v)| (n.to_owned(), serde_json::Value::from(v)))
+        .collect();
+    serde_json::Value::Object(object).to_string()
+}
+
+fn headers_of(text: &str) -> Result<CustomHeaders, StorageError> {
+    let corrupt = |why: String| StorageError::Corrupt(format!("destinations.headers: {why}"));
+    let object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+    let headers = object
+        .into_iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(v) => Ok((name, v)),
+            _ => Err(corrupt(format!("the value of {name} is not a string"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(CustomHeaders::new(headers))
 }

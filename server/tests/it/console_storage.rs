@@ -33,6 +33,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         disabled_reason: None,
         created_at: now,
         updated_at: now,
+        headers: CustomHeaders::default(),
     };
     s.create_destination(&d).await.unwrap();
     for i in 0..3 {
@@ -42,6 +43,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
             event_type: "ping".into(),
             payload: serde_json::json!({ "i": i }),
             created_at: now,
+            deliver_at: None,
         };
         s.publish_event(
             &NewEvent {

@@ -43,6 +43,7 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
         disabled_reason: None,
         created_at: NOW,
         updated_at: NOW,
+        headers: CustomHeaders::default(),
     }
 }
 
@@ -54,6 +55,7 @@ fn event(space: SpaceId, event_type: &str) -> NewEvent {
             event_type: event_type.into(),
             payload: json!({"text": "hello", "n": 1}),
             created_at: NOW,
+            deliver_at: None,
         },
         idempotency_key: None,
         request_hash: "h".into(),

@@ -67,6 +67,9 @@ pub struct DestinationView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false, format = DateTime)]
     pub previous_secret_expires_at: Option<String>,
+    /// Its own request headers, sent on every attempt; the values are secrets, always
+    /// shown masked (`••••…1234`: the last 4 characters, fewer for short values).
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 impl DestinationView {
@@ -89,6 +92,9 @@ impl DestinationView {
             updated_at: rfc3339(d.updated_at),
             secret: None,
             previous_secret_expires_at: None,
+            headers: crate::ops::headers::masked(&d.headers)
+                .into_iter()
+                .collect(),
         }
     }
 }
@@ -105,6 +111,9 @@ pub struct EventView {
     pub payload: Value,
     #[schema(format = DateTime)]
     pub created_at: String,
+    /// When its deliveries were scheduled to go out (`deliverAt`); `null` for at once.
+    #[schema(required = true, format = DateTime)]
+    pub deliver_at: Option<String>,
 }
 
 impl From<&Event> for EventView {
@@ -114,6 +123,7 @@ impl From<&Event> for EventView {
             event_type: e.event_type.clone(),
             payload: e.payload.clone(),
             created_at: rfc3339(e.created_at),
+            deliver_at: rfc3339_opt(e.deliver_at),
         }
     }
 }
@@ -157,6 +167,10 @@ pub struct DeliveryView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub attempts: Option<Vec<AttemptView>>,
+    /// The time its event was scheduled for (`deliverAt`): the first attempt is not made
+    /// before; `null` when it was to go out at once (resends too).
+    #[schema(required = true, format = DateTime)]
+    pub deliver_at: Option<String>,
 }
 
 impl From<&Delivery> for DeliveryView {
@@ -183,6 +197,7 @@ impl From<&Delivery> for DeliveryView {
             updated_at: rfc3339(d.updated_at),
             finished_at: rfc3339_opt(d.finished_at),
             attempts: None,
+            deliver_at: rfc3339_opt(d.deliver_at),
         }
     }
 }
