@@ -442,17 +442,17 @@ mod tests {
     #[tokio::test]
     async fn header_lines_are_read_and_a_masked_line_keeps_its_value() {
         let d = create(&DestinationForm {
-            headers: SecretText("Authorization: Bearer abc-1234\r\n\n  X-Team:ops \n".into()),
+            headers: SecretText("Authorization: Bearer abcd-1234\r\n\n  X-Team:ops \n".into()),
             ..form("https://example.com/hook")
         })
         .await
         .unwrap();
-        assert_eq!(d.headers.get("authorization"), Some("Bearer abc-1234"));
+        assert_eq!(d.headers.get("authorization"), Some("Bearer abcd-1234"));
         assert_eq!(d.headers.get("x-team"), Some("ops"));
 
         let shown = form_of(&d);
         assert_eq!(shown.headers.0, "Authorization: ••••…1234\nX-Team: ••••\n");
-        assert!(!format!("{shown:?}").contains("abc-1234"));
+        assert!(!format!("{shown:?}").contains("abcd-1234"));
         let mut again = d.clone();
         let edited = DestinationForm {
             headers: SecretText("Authorization: ••••…1234\nX-New: 1".into()),
@@ -466,7 +466,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(again.headers.get("authorization"), Some("Bearer abc-1234"));
+        assert_eq!(again.headers.get("authorization"), Some("Bearer abcd-1234"));
         assert_eq!(again.headers.get("x-team"), None, "a line removed");
         assert_eq!(again.headers.get("x-new"), Some("1"));
 

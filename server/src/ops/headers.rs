@@ -81,7 +81,12 @@ fn check_header(name: &str, value: &str) -> Result<(), SettingsError> {
         ));
     }
     let edge_space = value.starts_with([' ', '\t']) || value.ends_with([' ', '\t']);
-    if http::HeaderValue::from_str(value).is_err() || edge_space {
+    // `HeaderValue` also takes obs-text (bytes over 127); we take visible ASCII only, so
+    // a masked value (`••••…`) can never be a value of its own.
+    let ascii = value
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..0x7f).contains(&b));
+    if http::HeaderValue::from_str(value).is_err() || !ascii || edge_space {
         return Err(refuse(
             "invalid_header",
             format!(

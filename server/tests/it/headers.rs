@@ -51,7 +51,7 @@ on_both_backends! {
 
         // The attempt log shows what was sent, the secret masked.
         let delivery = app.wait_for_delivery(&event, "succeeded").await;
-        let logged = &delivery["attempts"][0]["requestHeaders"];
+        let logged = &delivery["attempts"][0]["request"]["headers"];
         assert_eq!(logged["Authorization"], "••••…MjM0", "{logged}");
         assert!(!delivery.to_string().contains("dXNlcjpzZWNy"), "{delivery}");
         app.stop().await;
