@@ -169,6 +169,8 @@ exceptions = {
         + ["createDestination", "updateDestination"]
         # `channelId` must be a channel of the project.
         + ["createIncomingWebhook"]
+        # `deliverAt` may be at most 30 days ahead of the moment of the call.
+        + ["publishEvent"]
     ),
     # Pinned to spare IDs (above), so a link from a create call never reaches the new resource.
     "ensure_resource_availability": [

@@ -275,6 +275,7 @@ pub async fn create_destination(
     #[server(default)] transformation: String,
     #[server(default)] filter: String,
     #[server(default)] ordering: String,
+    #[server(default)] headers: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -295,6 +296,7 @@ pub async fn create_destination(
         transformation,
         filter,
         ordering,
+        headers: SecretText(headers),
     };
     let notice = crate::port::backend()?
         .create_destination(&user, &form)
@@ -322,6 +324,7 @@ pub async fn update_destination(
     #[server(default)] transformation: String,
     #[server(default)] filter: String,
     #[server(default)] ordering: String,
+    #[server(default)] headers: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -342,6 +345,7 @@ pub async fn update_destination(
         transformation,
         filter,
         ordering,
+        headers: SecretText(headers),
     };
     let notice = crate::port::backend()?
         .update_destination(&user, &form)

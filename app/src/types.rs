@@ -209,6 +209,8 @@ pub struct DeliveryDetail {
     pub destination_status: String,
     pub attempts: Vec<AttemptView>,
     pub finished_at: Option<i64>,
+    /// When its event was scheduled to go out (`deliverAt`); `None` for at once.
+    pub deliver_at: Option<i64>,
 }
 
 /// Which deliveries a bulk action is about: chosen ones, or every one matching a filter.
@@ -358,6 +360,8 @@ pub struct DestinationView {
     pub filtered_events: i64,
     /// `fifo` or `none`.
     pub ordering: String,
+    /// Its own request headers, values masked (`••••…1234`).
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -562,6 +566,11 @@ pub struct DestinationForm {
     /// `fifo` or `none` (empty: `none`).
     #[serde(default)]
     pub ordering: String,
+    /// Its own request headers, `Name: value` a line. Filled from a destination, the
+    /// values are masked (`••••…1234`); a line left so keeps the value, a new value
+    /// replaces it, a line removed removes the header.
+    #[serde(default)]
+    pub headers: SecretText,
 }
 
 /// What a filter says of a sample payload, in the destination form's "Try it" box.
@@ -581,6 +590,18 @@ pub enum FilterVerdict {
 pub struct TryOutcome {
     pub filter: Option<FilterVerdict>,
     pub transformed: Option<Result<String, String>>,
+}
+
+/// Text that holds secrets (a destination form's header lines): `Debug` hides it,
+/// so no log shows it.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretText(pub String);
+
+impl std::fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretText({} bytes)", self.0.len())
+    }
 }
 
 /// What the edit page of a destination shows: its current settings as the form's values.

@@ -104,6 +104,13 @@ fn detail_view(
                     }}
                 </dd>
                 <dt>"Finished"</dt><dd>{d.finished_at.map(|t| format!("{} UTC", fmt_time(t))).unwrap_or_else(|| "—".into())}</dd>
+                {d.deliver_at.map(|t| view! {
+                    <dt>"Scheduled for"</dt>
+                    <dd data-testid="scheduled-for">
+                        {format!("{} UTC", fmt_time(t))}
+                        {(r.status == "pending").then_some(" (not sent before; it can be cancelled until then)")}
+                    </dd>
+                })}
                 {r.resent_from.clone().map(|f| view! {
                     <dt>"Resend of"</dt><dd><a class="mono" href=format!("/deliveries/{f}")>{f.clone()}</a></dd>
                 })}

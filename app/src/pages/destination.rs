@@ -129,6 +129,20 @@ fn detail_view(d: DestinationDetail, admin: bool, a: Actions) -> impl IntoView {
                 <dt>"Timeout"</dt><dd>{v.timeout_seconds} " s"</dd>
                 <dt>"Transformation"</dt><dd>{if v.has_transformation { "yes (jq)" } else { "none" }}</dd>
                 <dt>"Order"</dt><dd data-testid="ordering">{if v.ordering == "fifo" { "in order (FIFO): one at a time" } else { "none: side by side" }}</dd>
+                <dt>"Headers"</dt>
+                <dd data-testid="custom-headers">
+                    {if v.headers.is_empty() {
+                        view! { "none of its own" }.into_any()
+                    } else {
+                        view! {
+                            <ul class="header-list mono">
+                                {v.headers.clone().into_iter().map(|(name, value)| view! {
+                                    <li>{name} ": " {value}</li>
+                                }).collect_view()}
+                            </ul>
+                        }.into_any()
+                    }}
+                </dd>
                 <dt>"Created"</dt><dd>{fmt_time(v.created_at)} " UTC"</dd>
                 <dt>"Filter"</dt>
                 <dd class="mono" data-testid="filter">{v.filter.clone().unwrap_or_else(|| "none".into())}</dd>

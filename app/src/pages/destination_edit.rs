@@ -2,6 +2,7 @@
 //! limit, timeout, retry policy (a preset and its overrides), transformation and
 //! filter, with a "Try it" box that runs the filter and the transformation as typed
 //! on a sample payload, in the server's sandbox, before anything is saved.
+//! headers of its own (shown masked).
 //! The server checks them by the REST API's rules and says what is wrong; a plain
 //! form post works without JavaScript. [`SettingsFields`] is shared with the form
 //! for a new destination.
@@ -205,6 +206,19 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
             <p class="small muted">
                 "In order (FIFO): one attempt at a time, in the order the events were published; a delivery waits while "
                 "an earlier one to this destination is pending or retrying (a failed or cancelled one does not hold it up)."
+            </p>
+        </fieldset>
+        <fieldset>
+            <legend>"Headers"</legend>
+            <label>"Headers of its own, sent on every attempt: one Name: value a line (empty for none)"
+                <textarea name="headers" rows="3" spellcheck="false" autocomplete="off" class="mono" data-testid="headers-field"
+                    placeholder="Authorization: Basic dXNlcjpwYXNz\nX-Team: ops">{f.headers.0}</textarea>
+            </label>
+            <p class="small muted">
+                "Values are secrets: once saved they are shown masked (••••…1234). Leave a masked line as it is to keep "
+                "its value, type a new value to replace it, delete the line to remove the header. At most 20 headers, "
+                "4096 bytes in all; webhook-*, content-type, content-length, host, connection, transfer-encoding and "
+                "user-agent are set by PartyFlow Hooks."
             </p>
         </fieldset>
     }

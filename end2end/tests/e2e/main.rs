@@ -7,6 +7,7 @@ mod admin;
 mod catalog;
 mod deliveries;
 mod first_run;
+mod headers;
 mod login;
 mod manage;
 mod notifications;

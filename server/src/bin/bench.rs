@@ -627,6 +627,7 @@ async fn bench() -> anyhow::Result<()> {
                 filter: None,
                 filtered_events: 0,
                 ordering: server::domain::DeliveryOrdering::Unordered,
+                headers: server::domain::CustomHeaders::default(),
             };
             storage.create_destination(&d).await?;
         }
@@ -704,6 +705,7 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
             event_type: "backlog".into(),
             payload: json!({}),
             created_at: server::clock::now_ms(),
+            deliver_at: None,
         },
         idempotency_key: None,
         request_hash: String::new(),

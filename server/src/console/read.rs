@@ -277,6 +277,7 @@ impl ReadPort for Backend {
             destination_status: destination.status.as_str().to_owned(),
             attempts: attempts.iter().map(views::attempt).collect(),
             finished_at: d.finished_at,
+            deliver_at: d.deliver_at,
         })
     }
 

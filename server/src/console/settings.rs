@@ -19,6 +19,7 @@ use crate::domain::Role;
 use crate::domain::*;
 use crate::ops::destinations::{self, Changes, NewSettings, SettingsError};
 use crate::ops::filters;
+use crate::ops::headers::HeaderChanges;
 use crate::storage::StorageError;
 
 /// The event type of a test event (docs §6).
@@ -42,6 +43,7 @@ struct Read {
     transformation: Option<String>,
     filter: Option<String>,
     ordering: DeliveryOrdering,
+    headers: HeaderChanges,
 }
 
 fn whole(v: &str, what: &str) -> Result<Option<i64>, ConsoleError> {
@@ -71,6 +73,26 @@ fn number(n: f64) -> Value {
     } else {
         json!(n)
     }
+}
+
+/// The header lines of the form, `Name: value` each (blank lines skipped), as the
+/// whole list of headers: a masked value keeps the current one (`ops::headers`).
+fn header_lines(text: &str) -> Result<HeaderChanges, ConsoleError> {
+    let mut headers = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = line.split_once(':') else {
+            return Err(invalid(format!(
+                "Headers: line {} needs the form Name: value.",
+                n + 1
+            )));
+        };
+        headers.push((name.trim().to_owned(), value.trim().to_owned()));
+    }
+    Ok(HeaderChanges::Replace(headers))
 }
 
 fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
@@ -133,6 +155,7 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         transformation: (!transformation.is_empty()).then(|| f.transformation.clone()),
         filter: (!filter.is_empty()).then(|| f.filter.clone()),
         ordering,
+        headers: header_lines(&f.headers.0)?,
     })
 }
 
@@ -150,6 +173,7 @@ pub fn new_settings(f: &DestinationForm) -> Result<NewSettings, ConsoleError> {
         transformation: r.transformation,
         filter: r.filter,
         ordering: Some(r.ordering),
+        headers: Some(r.headers),
     })
 }
 
@@ -168,6 +192,7 @@ pub fn changes(f: &DestinationForm) -> Result<Changes, ConsoleError> {
         transformation: Some(r.transformation),
         filter: Some(r.filter),
         ordering: Some(r.ordering),
+        headers: Some(r.headers),
     })
 }
 
@@ -202,6 +227,12 @@ pub fn form_of(d: &Destination) -> DestinationForm {
         transformation: d.transformation.clone().unwrap_or_default(),
         filter: d.filter.clone().unwrap_or_default(),
         ordering: d.ordering.as_str().to_owned(),
+        headers: SecretText(
+            crate::ops::headers::masked(&d.headers)
+                .iter()
+                .map(|(n, v)| format!("{n}: {v}\n"))
+                .collect(),
+        ),
         ..Default::default()
     };
     if let Ok(p) = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {
@@ -324,6 +355,7 @@ impl SettingsPort for Backend {
                 "message": "A test event sent from the PartyFlow Hooks console.",
             }),
             created_at: now,
+            deliver_at: None,
         };
         crate::ops::event_types::check_payload(
             self.storage.as_ref(),
@@ -485,6 +517,55 @@ mod tests {
         })
         .await;
         assert!(m.contains("whole number"), "{m}");
+    }
+
+    #[tokio::test]
+    async fn header_lines_are_read_and_a_masked_line_keeps_its_value() {
+        let d = create(&DestinationForm {
+            headers: SecretText("Authorization: Bearer abcd-1234\r\n\n  X-Team:ops \n".into()),
+            ..form("https://example.com/hook")
+        })
+        .await
+        .unwrap();
+        assert_eq!(d.headers.get("authorization"), Some("Bearer abcd-1234"));
+        assert_eq!(d.headers.get("x-team"), Some("ops"));
+
+        let shown = form_of(&d);
+        assert_eq!(shown.headers.0, "Authorization: ••••…1234\nX-Team: ••••\n");
+        assert!(!format!("{shown:?}").contains("abcd-1234"));
+        let mut again = d.clone();
+        let edited = DestinationForm {
+            headers: SecretText("Authorization: ••••…1234\nX-New: 1".into()),
+            ..shown
+        };
+        destinations::apply(
+            &mut again,
+            changes(&edited).unwrap(),
+            2,
+            &destinations::InProcess,
+        )
+        .await
+        .unwrap();
+        assert_eq!(again.headers.get("authorization"), Some("Bearer abcd-1234"));
+        assert_eq!(again.headers.get("x-team"), None, "a line removed");
+        assert_eq!(again.headers.get("x-new"), Some("1"));
+
+        let refusal = |text: &str| {
+            let f = DestinationForm {
+                headers: SecretText(text.into()),
+                ..form("https://example.com")
+            };
+            async move {
+                match create(&f).await {
+                    Err(ConsoleError::Invalid(m)) => m,
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        let m = refusal("X-Team ops").await;
+        assert!(m.contains("line 1"), "{m}");
+        let m = refusal("X-Ok: 1\nUser-Agent: me").await;
+        assert!(m.starts_with("Headers: User-Agent is set by"), "{m}");
     }
 
     #[tokio::test]

@@ -171,6 +171,7 @@ pub fn destination(
         filter: d.filter.clone(),
         filtered_events: d.filtered_events,
         ordering: d.ordering.as_str().to_owned(),
+        headers: crate::ops::headers::masked(&d.headers),
     }
 }
 

@@ -129,6 +129,13 @@ impl EngineHandle {
         self.hints.due_now(destinations);
     }
 
+    /// Deliveries were written to go out later (a scheduled event, docs §2.1): the
+    /// engine looks again at when the next delivery is due, in case it sleeps past it.
+    /// Nothing is claimed early: a claim takes only deliveries due by then.
+    pub fn scheduled(&self) {
+        self.hints.notify.notify_one();
+    }
+
     /// Deliveries were written or released without naming their destinations (a bulk
     /// resend, a re-enabled destination): the engine looks at the whole queue.
     pub fn wake(&self) {
@@ -735,18 +742,29 @@ impl Engine {
             ("webhook-timestamp", timestamp.to_string()),
             ("webhook-signature", signature),
         ];
-        attempt.request_headers = serde_json::Value::Object(
-            headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.clone())))
-                .collect(),
-        );
+        // The destination's own headers (docs §2.9), never one of ours: in the log
+        // masked, as the API shows them.
+        let own = match own_headers(&destination.headers) {
+            Ok(own) => own,
+            Err(why) => return fail(attempt, ErrorClass::Request, why),
+        };
+        let mut logged: serde_json::Map<String, serde_json::Value> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(v.clone())))
+            .collect();
+        for (name, value) in destination.headers.iter() {
+            if own.contains_key(name) {
+                logged.insert(name.to_owned(), mask_header_value(value).into());
+            }
+        }
+        attempt.request_headers = serde_json::Value::Object(logged);
         let mut request = self
             .client
             .post(url)
             .timeout(Duration::from_secs(
                 destination.timeout_seconds.clamp(1, 60) as u64,
             ))
+            .headers(own)
             .body(body);
         for (k, v) in &headers {
             request = request.header(*k, v);
@@ -875,6 +893,29 @@ fn lost_attempt(d: &Delivery, now: UnixMs, why: &str) -> Attempt {
     }
 }
 
+/// A destination's own headers as sent: marked sensitive (hyper keeps them out of its
+/// own logs), reserved names left out whatever is stored (they are refused on save).
+fn own_headers(headers: &CustomHeaders) -> Result<reqwest::header::HeaderMap, String> {
+    use reqwest::header::{HeaderName, HeaderValue};
+    let mut map = reqwest::header::HeaderMap::new();
+    for (name, value) in headers.iter() {
+        if RESERVED_HEADERS
+            .iter()
+            .any(|r| r.eq_ignore_ascii_case(name))
+        {
+            continue;
+        }
+        let name_ok = HeaderName::from_bytes(name.as_bytes());
+        let value_ok = HeaderValue::from_str(value);
+        let (Ok(n), Ok(mut v)) = (name_ok, value_ok) else {
+            return Err(format!("the custom header {name:?} is not valid HTTP"));
+        };
+        v.set_sensitive(true);
+        map.insert(n, v);
+    }
+    Ok(map)
+}
+
 /// The response headers for the attempt log, in order, until their names and values
 /// add up to `limit` bytes; a header that would go over it and all after it are left out.
 fn kept_headers(headers: &reqwest::header::HeaderMap, limit: usize) -> serde_json::Value {
@@ -928,5 +969,23 @@ mod tests {
         assert!(kept.get("x-h3").is_none());
         let all = kept_headers(&headers, RESPONSE_HEADERS_LIMIT);
         assert_eq!(all.as_object().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn a_destinations_own_headers_are_sent_sensitive_and_never_a_reserved_one() {
+        let stored = CustomHeaders::new(vec![
+            ("Authorization".into(), "Bearer abc".into()),
+            // Refused on save; left out should one ever be stored.
+            ("Webhook-Signature".into(), "v1,forged".into()),
+            ("Host".into(), "evil.example".into()),
+        ]);
+        let sent = own_headers(&stored).unwrap();
+        assert_eq!(sent.len(), 1);
+        let auth = &sent["authorization"];
+        assert_eq!(auth, "Bearer abc");
+        assert!(auth.is_sensitive());
+
+        let broken = CustomHeaders::new(vec![("X-A".into(), "line\nbreak".into())]);
+        assert!(own_headers(&broken).unwrap_err().contains("X-A"));
     }
 }

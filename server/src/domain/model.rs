@@ -61,6 +61,8 @@ pub struct Event {
     pub event_type: String,
     pub payload: Value,
     pub created_at: UnixMs,
+    /// When its deliveries go out (`deliverAt`, docs §2.1); `None` for at once.
+    pub deliver_at: Option<UnixMs>,
 }
 
 string_enum!(
@@ -115,6 +117,78 @@ pub struct Destination {
     pub filtered_events: i64,
     /// `fifo`: one attempt at a time, in the events' publish order (docs D12).
     pub ordering: DeliveryOrdering,
+    /// Its own request headers, sent on every attempt (docs §2.9).
+    pub headers: CustomHeaders,
+}
+
+/// The headers PartyFlow Hooks sets itself or HTTP owns: never a destination's own
+/// (docs §2.9). Lowercase; header names compare case-insensitively.
+pub const RESERVED_HEADERS: [&str; 9] = [
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "content-type",
+    "content-length",
+    "host",
+    "connection",
+    "transfer-encoding",
+    "user-agent",
+];
+
+/// A destination's own request headers: names as given, in the order of their
+/// lowercase names, one value each. The values are secrets (an `Authorization`, a
+/// token): `Debug` shows the names only. What makes a valid set is
+/// `ops::headers`' rule.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct CustomHeaders(Vec<(String, String)>);
+
+impl CustomHeaders {
+    /// The headers, sorted by their lowercase names.
+    pub fn new(mut headers: Vec<(String, String)>) -> Self {
+        headers.sort_by_key(|(name, _)| name.to_ascii_lowercase());
+        Self(headers)
+    }
+
+    /// `(name, value)`, in the order of their lowercase names.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
+    }
+
+    /// The value of `name` (any case).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// How a custom header's value is shown once stored: `••••…1234`, its last 4
+/// characters, fewer for a short value (one per 4 characters it has), none under 4.
+pub fn mask_header_value(value: &str) -> String {
+    let chars: Vec<char> = value.chars().collect();
+    let shown = (chars.len() / 4).min(4);
+    if shown == 0 {
+        "••••".to_owned()
+    } else {
+        let tail: String = chars[chars.len() - shown..].iter().collect();
+        format!("••••…{tail}")
+    }
+}
+
+impl std::fmt::Debug for CustomHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(n, _)| (n, "<secret>")))
+            .finish()
+    }
 }
 
 impl Destination {
@@ -184,6 +258,8 @@ pub struct Delivery {
     pub created_at: UnixMs,
     pub updated_at: UnixMs,
     pub finished_at: Option<UnixMs>,
+    /// When its event was scheduled to go out (`deliverAt`, docs §2.1); `None` for at once.
+    pub deliver_at: Option<UnixMs>,
 }
 
 impl Delivery {
@@ -338,6 +414,7 @@ mod tests {
             filter: None,
             filtered_events: 0,
             ordering: DeliveryOrdering::Unordered,
+            headers: CustomHeaders::default(),
         }
     }
 
@@ -369,5 +446,18 @@ mod tests {
         let mut every = subscribed(&[]);
         every.event_types = None;
         assert!(every.subscribes_to("x"));
+    }
+
+    #[test]
+    fn a_header_value_is_masked_to_its_last_four_characters_fewer_when_short() {
+        assert_eq!(
+            mask_header_value("Basic dXNlcjpwYXNzd29yZDEyMzQ="),
+            "••••…MzQ="
+        );
+        assert_eq!(mask_header_value("12345678901234567"), "••••…4567");
+        assert_eq!(mask_header_value("abcdefgh"), "••••…gh");
+        assert_eq!(mask_header_value("abcd"), "••••…d");
+        assert_eq!(mask_header_value("abc"), "••••");
+        assert_eq!(mask_header_value(""), "••••");
     }
 }

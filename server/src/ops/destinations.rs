@@ -1,6 +1,7 @@
 //! A destination's settings and the rules they follow (docs §1, §2.3, §2.5, §2.9,
 //! §2.10), in one place for every way of making or changing one: the REST API
-//! (`http::v1::destinations`) and the console (`console::settings`).
+//! (`http::v1::destinations`) and the console (`console::settings`). Its request
+//! headers have their own module, [`super::headers`].
 //!
 //! Callers turn their input (JSON, a form) into [`NewSettings`] or [`Changes`];
 //! [`create`] and [`apply`] check every value and build or change the
@@ -14,6 +15,8 @@ use crate::dispatch::transform::TransformError;
 use crate::dispatch::{retry::RetryPolicy, signing};
 use crate::domain::*;
 use crate::sandbox::Sandbox;
+
+use super::headers::{self, HeaderChanges};
 
 /// What checks that a transformation compiles: in the server, the sandbox (a
 /// program that crashes the compiler ends a worker, not the server).
@@ -73,6 +76,8 @@ pub struct NewSettings {
     pub filter: Option<String>,
     /// `none` when `None`.
     pub ordering: Option<DeliveryOrdering>,
+    /// Its own request headers; none when `None`.
+    pub headers: Option<HeaderChanges>,
 }
 
 /// Changes to a destination: `None` leaves a setting as it is; for the settings
@@ -95,6 +100,8 @@ pub struct Changes {
     /// `Some(None)` (or a blank expression): no filter.
     pub filter: Option<Option<String>>,
     pub ordering: Option<DeliveryOrdering>,
+    /// Changes to its request headers (merged or replaced: [`HeaderChanges`]).
+    pub headers: Option<HeaderChanges>,
 }
 
 /// Checks every setting and makes the destination, with a new signing secret.
@@ -128,6 +135,10 @@ pub async fn create(
         filter: check_filter(s.filter, programs).await?,
         filtered_events: 0,
         ordering: s.ordering.unwrap_or(DeliveryOrdering::Unordered),
+        headers: match s.headers {
+            Some(h) => headers::apply(&CustomHeaders::default(), h)?,
+            None => CustomHeaders::default(),
+        },
     })
 }
 
@@ -174,6 +185,9 @@ pub async fn apply(
     }
     if let Some(ordering) = c.ordering {
         next.ordering = ordering;
+    }
+    if let Some(h) = c.headers {
+        next.headers = headers::apply(&d.headers, h)?;
     }
     next.updated_at = now;
     *d = next;

@@ -230,6 +230,7 @@ mod tests {
             event_type: "order.created".into(),
             payload,
             created_at: 1,
+            deliver_at: None,
         }
     }
 
@@ -257,6 +258,7 @@ mod tests {
             filter: filter.map(str::to_owned),
             filtered_events: 0,
             ordering: DeliveryOrdering::Unordered,
+            headers: CustomHeaders::default(),
         }
     }
 

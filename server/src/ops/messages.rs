@@ -11,8 +11,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::filters::{self, ProgramRun};
 use super::event_types::{check_payload, SchemaCache};
+use super::filters::{self, ProgramRun};
 use super::OpsError;
 use crate::clock::rfc3339;
 use crate::dispatch::engine::EngineHandle;
@@ -183,8 +183,16 @@ pub async fn post_once(
         event_type: MESSAGE_CREATED.into(),
         payload: payload(&message)?,
         created_at: now,
+        deliver_at: None,
     };
-    check_payload(store, schemas, event.space_id, &event.event_type, &event.payload).await?;
+    check_payload(
+        store,
+        schemas,
+        event.space_id,
+        &event.event_type,
+        &event.payload,
+    )
+    .await?;
     // Before the transaction: a replayed request runs the filters for nothing, but
     // the write never waits on a program.
     let filters = filters::verdicts(store, programs, &event).await?;

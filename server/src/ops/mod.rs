@@ -15,16 +15,20 @@
 //! - [`destinations`]: a destination's settings and their rules;
 //! - [`filters`]: payload filters' verdicts at publish, and the console's "try it";
 //! - [`event_types`]: the event-type catalog, and payloads checked against its schemas.
-//! - [`replay`]: which failed deliveries a resend of all failed (and its preview) takes.
+//! - [`replay`]: which failed deliveries a resend of all failed (and its preview) takes;
+//! - [`headers`]: a destination's own request headers (names, limits, merging, masking);
+//! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out).
 
 pub mod credentials;
 pub mod destinations;
 pub mod event_types;
 pub mod filters;
+pub mod headers;
 pub mod messages;
 pub mod names;
 pub mod rate;
 pub mod replay;
+pub mod schedule;
 pub mod tenants;
 
 use crate::storage::StorageError;

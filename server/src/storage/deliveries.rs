@@ -13,7 +13,7 @@ use super::*;
 pub(super) const DELIVERY: &str =
     "id, space_id, event_id, destination_id, event_type, status, paused, \
     attempts, next_attempt_at, lease_expires_at, last_error_class, last_status_code, resent_from, \
-    resent_as, created_at, updated_at, finished_at";
+    resent_as, created_at, updated_at, finished_at, deliver_at";
 
 pub(super) const ATTEMPT: &str =
     "id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
@@ -326,6 +326,7 @@ pub(super) struct DeliveryRow {
     created_at: i64,
     updated_at: i64,
     finished_at: Option<i64>,
+    deliver_at: Option<i64>,
 }
 
 impl TryFrom<DeliveryRow> for Delivery {
@@ -349,6 +350,7 @@ impl TryFrom<DeliveryRow> for Delivery {
             created_at: r.created_at,
             updated_at: r.updated_at,
             finished_at: r.finished_at,
+            deliver_at: r.deliver_at,
         })
     }
 }

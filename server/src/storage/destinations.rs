@@ -14,7 +14,7 @@ use super::*;
 pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
     previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
     timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
-    disabled_reason, created_at, updated_at, payload_filter, filtered_events, ordering";
+    disabled_reason, created_at, updated_at, payload_filter, filtered_events, ordering, headers";
 
 /// Destinations: created, read, changed, enabled and disabled by the REST API and the
 /// console.
@@ -75,9 +75,9 @@ where
             "INSERT INTO destinations (id, space_id, url, description, event_types, secret, previous_secret, \
              previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, timeout_seconds, \
              retry_policy, transformation, status, consecutive_dead_letters, skipped_events, disabled_reason, \
-             created_at, updated_at, payload_filter, filtered_events) \
+             created_at, updated_at, payload_filter, filtered_events, headers) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
-             $21, $22)",
+             $21, $22, $23)",
         )
         .bind(d.id.to_string())
         .bind(d.space_id.to_string())
@@ -101,6 +101,7 @@ where
         .bind(d.updated_at)
         .bind(&d.filter)
         .bind(d.filtered_events)
+        .bind(headers_json(&d.headers))
         .execute(&mut *tx)
         .await?;
         Self::write_ordering(&mut tx, d).await?;
@@ -165,7 +166,7 @@ where
             "UPDATE destinations SET url = $1, description = $2, event_types = $3, secret = $4, \
              previous_secret = $5, previous_secret_expires_at = $6, rate_limit_count = $7, \
              rate_limit_period = $8, max_attempts = $9, timeout_seconds = $10, retry_policy = $11, \
-             transformation = $12, updated_at = $13, payload_filter = $16 WHERE id = $14 AND space_id = $15",
+             transformation = $12, updated_at = $13, payload_filter = $16, headers = $17 WHERE id = $14 AND space_id = $15",
         )
         .bind(&d.url)
         .bind(&d.description)
@@ -183,6 +184,7 @@ where
         .bind(d.id.to_string())
         .bind(d.space_id.to_string())
         .bind(&d.filter)
+        .bind(headers_json(&d.headers))
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
@@ -341,6 +343,7 @@ pub(super) struct DestinationRow {
     payload_filter: Option<String>,
     filtered_events: i64,
     ordering: String,
+    headers: String,
 }
 
 impl TryFrom<DestinationRow> for Destination {
@@ -385,6 +388,30 @@ impl TryFrom<DestinationRow> for Destination {
             filter: r.payload_filter,
             filtered_events: r.filtered_events,
             ordering: parse("destinations.ordering", &r.ordering)?,
+            headers: headers_of(&r.headers)?,
         })
     }
+}
+
+/// A destination's headers as stored: a JSON object of name to value.
+fn headers_json(headers: &CustomHeaders) -> String {
+    let object: serde_json::Map<String, serde_json::Value> = headers
+        .iter()
+        .map(|(n, v)| (n.to_owned(), serde_json::Value::from(v)))
+        .collect();
+    serde_json::Value::Object(object).to_string()
+}
+
+fn headers_of(text: &str) -> Result<CustomHeaders, StorageError> {
+    let corrupt = |why: String| StorageError::Corrupt(format!("destinations.headers: {why}"));
+    let object: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+    let headers = object
+        .into_iter()
+        .map(|(name, value)| match value {
+            serde_json::Value::String(v) => Ok((name, v)),
+            _ => Err(corrupt(format!("the value of {name} is not a string"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(CustomHeaders::new(headers))
 }

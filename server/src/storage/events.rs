@@ -14,7 +14,7 @@ use super::store::{
 use super::write::{Durability, WriteTx};
 use super::*;
 
-pub(super) const EVENT: &str = "id, space_id, event_type, payload, created_at";
+pub(super) const EVENT: &str = "id, space_id, event_type, payload, created_at, deliver_at";
 
 /// Rows per multi-row INSERT when fanning an event out (below both backends' bind limits).
 pub(super) const FAN_OUT_CHUNK: usize = 500;
@@ -318,13 +318,15 @@ where
         let e = &new.event;
         let space = e.space_id.to_string();
         sqlx::query(
-            "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(e.id.to_string())
         .bind(&space)
         .bind(&e.event_type)
         .bind(e.payload.to_string())
         .bind(e.created_at)
+        .bind(e.deliver_at)
         .execute(&mut **tx)
         .await?;
 
@@ -406,7 +408,8 @@ where
         ))
     }
 
-    /// One pending delivery per (event, destination), due now, in multi-row INSERTs.
+    /// One pending delivery per (event, destination), due now or at the event's
+    /// `deliver_at` (docs §2.1), in multi-row INSERTs.
     async fn insert_deliveries(
         tx: &mut WriteTx<'_, D::DB>,
         targets: &[(&Event, DestinationId)],
@@ -415,7 +418,7 @@ where
         for chunk in targets.chunks(FAN_OUT_CHUNK) {
             let mut insert = Sql::<D>::new(
                 "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
-                 attempts, next_attempt_at, created_at, updated_at) ",
+                 attempts, next_attempt_at, created_at, updated_at, deliver_at) ",
             );
             insert.push_values(chunk, |mut row, (e, d)| {
                 row.push_bind(DeliveryId::new().to_string())
@@ -425,9 +428,10 @@ where
                     .push_bind(&e.event_type)
                     .push_bind(DeliveryStatus::Pending.as_str())
                     .push_bind(0_i64)
+                    .push_bind(e.deliver_at.unwrap_or(now))
                     .push_bind(now)
                     .push_bind(now)
-                    .push_bind(now);
+                    .push_bind(e.deliver_at);
             });
             let (sql, args) = insert.into_parts()?;
             sqlx::query_with(&sql, args).execute(&mut **tx).await?;
@@ -525,7 +529,7 @@ where
     ) -> Result<Vec<Published>> {
         for chunk in events.chunks(FAN_OUT_CHUNK) {
             let mut insert = Sql::<D>::new(
-                "INSERT INTO events (id, space_id, event_type, payload, created_at) ",
+                "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) ",
             );
             insert.push_values(chunk, |mut row, new| {
                 let e = &new.event;
@@ -533,7 +537,8 @@ where
                     .push_bind(e.space_id.to_string())
                     .push_bind(&e.event_type)
                     .push_bind(e.payload.to_string())
-                    .push_bind(e.created_at);
+                    .push_bind(e.created_at)
+                    .push_bind(e.deliver_at);
             });
             let (sql, args) = insert.into_parts()?;
             sqlx::query_with(&sql, args).execute(&mut **tx).await?;
@@ -646,6 +651,7 @@ pub(super) struct EventRow {
     event_type: String,
     payload: String,
     created_at: i64,
+    deliver_at: Option<i64>,
 }
 
 impl TryFrom<EventRow> for Event {
@@ -657,6 +663,7 @@ impl TryFrom<EventRow> for Event {
             event_type: r.event_type,
             payload: json("events.payload", &r.payload)?,
             created_at: r.created_at,
+            deliver_at: r.deliver_at,
         })
     }
 }

@@ -36,6 +36,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         filter: None,
         filtered_events: 0,
         ordering: DeliveryOrdering::Unordered,
+        headers: CustomHeaders::default(),
     };
     s.create_destination(&d).await.unwrap();
     for i in 0..3 {
@@ -45,6 +46,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
             event_type: "ping".into(),
             payload: serde_json::json!({ "i": i }),
             created_at: now,
+            deliver_at: None,
         };
         s.publish_event(
             &NewEvent {

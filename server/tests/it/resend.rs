@@ -277,6 +277,7 @@ on_both_backends! {
                     event_type: "bulk".into(),
                     payload: json!({"n": n}),
                     created_at: server::clock::now_ms(),
+                    deliver_at: None,
                 },
                 idempotency_key: None,
                 request_hash: String::new(),

@@ -46,6 +46,7 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
         filter: None,
         filtered_events: 0,
         ordering: DeliveryOrdering::Unordered,
+        headers: CustomHeaders::default(),
     }
 }
 
@@ -57,6 +58,7 @@ fn event(space: SpaceId, event_type: &str) -> NewEvent {
             event_type: event_type.into(),
             payload: json!({"text": "hello", "n": 1}),
             created_at: NOW,
+            deliver_at: None,
         },
         idempotency_key: None,
         request_hash: "h".into(),

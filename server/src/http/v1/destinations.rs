@@ -8,6 +8,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 use super::extract::{ApiJson, Caller};
 use super::openapi::{
@@ -22,6 +23,7 @@ use crate::domain::*;
 use crate::http::error::ApiError;
 use crate::http::AppState;
 use crate::ops::destinations;
+use crate::ops::headers::HeaderChanges;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -90,6 +92,11 @@ struct CreateBody {
     /// `none` by default.
     #[serde(default)]
     ordering: Option<DeliveryOrdering>,
+    /// Its own request headers, sent on every attempt; the values are secrets: every
+    /// answer (this one too) shows them masked.
+    #[serde(default)]
+    #[schema(value_type = Option<super::openapi::HeadersInput>)]
+    headers: Option<BTreeMap<String, String>>,
 }
 
 /// Absent stays `None`; `null` becomes `Some(None)`: PATCH can clear a field.
@@ -100,8 +107,9 @@ fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
 }
 
 /// The fields to change; absent fields (and `null` for `url`, `description`,
-/// `maxAttempts`, `timeoutSeconds`, `retryPolicy`) stay as they are. `null` clears
-/// `eventTypes` (every type), `rateLimit`, `transformation` and `filter`.
+/// `maxAttempts`, `timeoutSeconds`, `retryPolicy`, `headers`) stay as they are. `null`
+/// clears `eventTypes` (every type), `rateLimit`, `transformation` and `filter`. `headers`
+/// is merged: `{"X-Team": "new"}` changes that header only, `{"X-Team": null}` removes it.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[schema(as = UpdateDestination)]
@@ -141,6 +149,10 @@ struct UpdateBody {
     filter: Option<Option<String>>,
     #[serde(default)]
     ordering: Option<DeliveryOrdering>,
+    /// Header name to a new value, or to `null` to remove it; the others stay.
+    #[serde(default)]
+    #[schema(value_type = Option<super::openapi::HeadersPatch>)]
+    headers: Option<BTreeMap<String, Option<String>>>,
 }
 
 /// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::ops::destinations`]).
@@ -192,6 +204,9 @@ async fn create(
         transformation: body.transformation,
         filter: body.filter,
         ordering: body.ordering,
+        headers: body
+            .headers
+            .map(|h| HeaderChanges::Merge(h.into_iter().map(|(n, v)| (n, Some(v))).collect())),
     };
     let destination = destinations::create(space_id, settings, now_ms(), &state.sandbox).await?;
     state.storage.create_destination(&destination).await?;
@@ -315,6 +330,9 @@ async fn update(
         transformation: body.transformation,
         filter: body.filter,
         ordering: body.ordering,
+        headers: body
+            .headers
+            .map(|h| HeaderChanges::Merge(h.into_iter().collect())),
     };
     destinations::apply(&mut d, changes, now_ms(), &state.sandbox).await?;
     state.storage.update_destination(&d).await?;

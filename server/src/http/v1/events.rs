@@ -23,6 +23,7 @@ use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
 use crate::ops::event_types;
 use crate::ops::filters;
+use crate::ops::schedule;
 use crate::storage::{NewEvent, Published, StorageError};
 
 pub fn router() -> Router<AppState> {
@@ -48,6 +49,12 @@ struct PublishBody {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 255, pattern = r"^[^\x00]*$")]
     idempotency_key: Option<String>,
+    /// When to deliver it: an RFC 3339 time at most 30 days ahead. Its deliveries wait
+    /// as `pending` with `nextAttemptAt` at that time (and can be cancelled until then);
+    /// a time already past, or none, delivers at once.
+    #[serde(default)]
+    #[schema(format = DateTime, examples("2026-12-24T18:00:00Z"))]
+    deliver_at: Option<String>,
 }
 
 /// The event, written with its deliveries.
@@ -129,12 +136,14 @@ async fn publish(
             .collect::<String>()
     };
     let now = now_ms();
+    let deliver_at = schedule::deliver_at(body.deliver_at.as_deref(), now)?;
     let event = Event {
         id: EventId::new_in_order(),
         space_id,
         event_type: body.event_type,
         payload: body.payload,
         created_at: now,
+        deliver_at,
     };
     let filters = filters::verdicts(&*state.storage, &state.sandbox, &event).await?;
     let new = NewEvent {
@@ -150,7 +159,12 @@ async fn publish(
             destinations,
             ..
         } => {
-            state.engine.due_now(destinations);
+            if deliver_at.is_some() {
+                // Not due yet: the engine only looks again at when the next one is.
+                state.engine.scheduled();
+            } else {
+                state.engine.due_now(destinations);
+            }
             Ok((
                 StatusCode::ACCEPTED,
                 Json(Published202 {

@@ -459,6 +459,82 @@ impl ToSchema for RateLimit {
     }
 }
 
+/// A destination's own request headers as given on create (docs §2.9): header name to
+/// value, at most 20, names and values adding up to at most 4096 bytes. Names are HTTP
+/// tokens, case-insensitive; the reserved ones (`webhook-id`, `webhook-timestamp`,
+/// `webhook-signature`, `content-type`, `content-length`, `host`, `connection`,
+/// `transfer-encoding`, `user-agent`) are refused (422 `reserved_header`).
+pub struct HeadersInput;
+
+/// Changes to a destination's headers: a name with a value sets it, a name with `null`
+/// removes it, the headers not named stay as they are.
+pub struct HeadersPatch;
+
+const HEADER_NAME_PATTERN: &str = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+const HEADER_VALUE_PATTERN: &str = r"^[\x21-\x7E]([\t\x20-\x7E]*[\x21-\x7E])?$";
+
+/// An object of header name to `value` (a header value's schema).
+fn headers_schema(description: &str, value: Schema) -> RefOr<Schema> {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some(description))
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(HEADER_NAME_PATTERN)),
+        ))
+        .additional_properties(Some(value))
+        .max_properties(Some(crate::ops::headers::MAX_HEADERS))
+        .examples([json!({"Authorization": "Basic dXNlcjpwYXNz", "X-Team": "ops"})])
+        .into()
+}
+
+fn header_value_schema(nullable: bool) -> Schema {
+    let types = if nullable {
+        utoipa::openapi::schema::SchemaType::from_iter([Type::String, Type::Null])
+    } else {
+        Type::String.into()
+    };
+    ObjectBuilder::new()
+        .schema_type(types)
+        .min_length(Some(1))
+        .max_length(Some(crate::ops::headers::MAX_HEADER_BYTES))
+        .pattern(Some(HEADER_VALUE_PATTERN))
+        .into()
+}
+
+impl PartialSchema for HeadersInput {
+    fn schema() -> RefOr<Schema> {
+        headers_schema(
+            "Header name to value: visible ASCII, spaces only inside. At most 20 headers, \
+             4096 bytes of names and values; reserved names are refused.",
+            header_value_schema(false),
+        )
+    }
+}
+
+impl ToSchema for HeadersInput {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("HeadersInput")
+    }
+}
+
+impl PartialSchema for HeadersPatch {
+    fn schema() -> RefOr<Schema> {
+        headers_schema(
+            "Header name to a new value, or to `null` to remove it; headers not named stay \
+             as they are. The result must keep to the limits of `HeadersInput`.",
+            header_value_schema(true),
+        )
+    }
+}
+
+impl ToSchema for HeadersPatch {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("HeadersPatch")
+    }
+}
+
 /// An event type a destination subscribes to: 1-100 of `A-Z a-z 0-9 . _ : -`; such a
 /// type followed by `.*` for every type under it (`order.*` takes `order.created` and
 /// `order.refund.done`); or `*` for every type.

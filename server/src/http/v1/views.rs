@@ -73,6 +73,9 @@ pub struct DestinationView {
     /// Events its filter kept out (`false` or `null`).
     pub filtered_events: i64,
     pub ordering: DeliveryOrdering,
+    /// Its own request headers, sent on every attempt; the values are secrets, always
+    /// shown masked (`••••…1234`: the last 4 characters, fewer for short values).
+    pub headers: std::collections::BTreeMap<String, String>,
 }
 
 impl DestinationView {
@@ -98,6 +101,9 @@ impl DestinationView {
             filter: d.filter.clone(),
             filtered_events: d.filtered_events,
             ordering: d.ordering,
+            headers: crate::ops::headers::masked(&d.headers)
+                .into_iter()
+                .collect(),
         }
     }
 }
@@ -114,6 +120,9 @@ pub struct EventView {
     pub payload: Value,
     #[schema(format = DateTime)]
     pub created_at: String,
+    /// When its deliveries were scheduled to go out (`deliverAt`); `null` for at once.
+    #[schema(required = true, format = DateTime)]
+    pub deliver_at: Option<String>,
 }
 
 impl From<&Event> for EventView {
@@ -123,6 +132,7 @@ impl From<&Event> for EventView {
             event_type: e.event_type.clone(),
             payload: e.payload.clone(),
             created_at: rfc3339(e.created_at),
+            deliver_at: rfc3339_opt(e.deliver_at),
         }
     }
 }
@@ -166,6 +176,10 @@ pub struct DeliveryView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub attempts: Option<Vec<AttemptView>>,
+    /// The time its event was scheduled for (`deliverAt`): the first attempt is not made
+    /// before; `null` when it was to go out at once (resends too).
+    #[schema(required = true, format = DateTime)]
+    pub deliver_at: Option<String>,
 }
 
 impl From<&Delivery> for DeliveryView {
@@ -192,6 +206,7 @@ impl From<&Delivery> for DeliveryView {
             updated_at: rfc3339(d.updated_at),
             finished_at: rfc3339_opt(d.finished_at),
             attempts: None,
+            deliver_at: rfc3339_opt(d.deliver_at),
         }
     }
 }
