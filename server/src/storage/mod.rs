@@ -49,6 +49,7 @@ mod destinations;
 mod events;
 pub mod group_commit;
 mod incoming;
+pub mod moving;
 mod notifications;
 pub mod postgres;
 mod queue;
