@@ -1,4 +1,5 @@
-//! The `partyflow` command line: `serve`, `migrate`, `space create`, `user create`.
+//! The `partyflow` command line: `serve`, `migrate`, `space create`, `user create`,
+//! `backup`, `copy`.
 
 use std::io::Read as _;
 use std::process::ExitCode;
@@ -37,6 +38,16 @@ enum Command {
     User {
         #[command(subcommand)]
         command: UserCommand,
+    },
+    /// Write a consistent copy of the SQLite database to a new file, while the server
+    /// runs; prints JSON `{"path", "bytes"}`.
+    Backup { path: std::path::PathBuf },
+    /// Copy every row of the configured SQLite database into an empty PostgreSQL one
+    /// (stop the server first); prints JSON `{"tables": {table: rows}, "rows"}`.
+    Copy {
+        /// The target, `postgres://…`; migrated here, and refused unless empty.
+        #[arg(long)]
+        to: String,
     },
 }
 
@@ -149,6 +160,35 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 "{}",
                 serde_json::json!({ "id": user.id, "email": user.email, "role": user.role })
             );
+            Ok(())
+        }
+        Command::Backup { path } => {
+            let db = storage::connect(&config.database_url).await?;
+            let bytes = storage::moving::backup(&db.sessions, &path).await?;
+            println!(
+                "{}",
+                serde_json::json!({ "path": path.display().to_string(), "bytes": bytes })
+            );
+            Ok(())
+        }
+        Command::Copy { to } => {
+            if !to.starts_with("postgres:") && !to.starts_with("postgresql:") {
+                anyhow::bail!("--to takes a PostgreSQL URL (postgres://…)");
+            }
+            let from = storage::connect(&config.database_url).await?;
+            from.storage
+                .migrate()
+                .await
+                .context("migrating the SQLite database")?;
+            let target = storage::connect(&to).await?;
+            target
+                .storage
+                .migrate()
+                .await
+                .context("migrating the PostgreSQL database")?;
+            let tables = storage::moving::copy(&from.sessions, &target.sessions).await?;
+            let rows: i64 = tables.values().sum();
+            println!("{}", serde_json::json!({ "tables": tables, "rows": rows }));
             Ok(())
         }
         Command::User {

@@ -51,6 +51,7 @@ mod event_types;
 mod events;
 pub mod group_commit;
 mod incoming;
+pub mod moving;
 mod notifications;
 pub mod postgres;
 mod queue;

@@ -19,6 +19,7 @@ mod hostile;
 mod incoming;
 mod limits;
 mod listing;
+mod moving;
 mod openapi;
 mod outage;
 mod replay;
