@@ -164,13 +164,17 @@ exceptions = {
     "positive_data_acceptance": (
         # A cursor is valid only if this listing gave it (422 `invalid_cursor` otherwise).
         ["listDestinations", "listEvents", "listDeliveries", "listChannels", "listChannelMessages",
-         "listIncomingWebhooks", "listBots", "listApiKeys", "listNotifications"]
+         "listIncomingWebhooks", "listBots", "listApiKeys", "listNotifications", "listEventTypes"]
         # `transformation` must compile as jq, `retryPolicy.initialMs` may not exceed `maxMs`.
         + ["createDestination", "updateDestination"]
         # `channelId` must be a channel of the project.
         + ["createIncomingWebhook"]
         # `deliverAt` may be at most 30 days ahead of the moment of the call.
         + ["publishEvent"]
+        # `schema` must be a valid JSON Schema (draft 2020-12) and `example` must match it.
+        + ["createEventType", "updateEventType"]
+        # `since` and `until` must read as times (RFC 3339 or Unix ms), `until` not before `since`.
+        + ["resendFailedDeliveries", "previewResendFailedDeliveries"]
     ),
     # Pinned to spare IDs (above), so a link from a create call never reaches the new resource.
     "ensure_resource_availability": [
