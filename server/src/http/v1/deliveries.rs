@@ -530,7 +530,6 @@ struct ListQuery {
     destination_id: Option<String>,
     /// Only deliveries of events of this type.
     #[serde(default)]
-    #[schema(pattern = "^[A-Za-z0-9._:-]{1,100}$", examples("order.created"))]
     event_type: Option<String>,
     /// The class of the last failed attempt.
     #[serde(default)]
