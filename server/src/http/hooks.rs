@@ -352,8 +352,10 @@ async fn accept(
     messages::post_once(
         state.storage.as_ref(),
         &state.engine,
-        &state.sandbox,
-        &state.schemas,
+        messages::Judges {
+            schemas: &state.schemas,
+            programs: &state.sandbox,
+        },
         &channel,
         new,
         Source::IncomingWebhook(webhook.id),

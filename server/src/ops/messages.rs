@@ -143,19 +143,26 @@ pub fn payload(message: &Message) -> Result<Value, OpsError> {
     Ok(payload)
 }
 
+/// What judges a message's event before anything is written: the catalog's schemas
+/// (a payload that breaks one is refused) and the destinations' filters, run by
+/// `programs` (the sandbox).
+pub struct Judges<'a, P> {
+    pub schemas: &'a SchemaCache,
+    pub programs: &'a P,
+}
+
 /// Stores a message in `channel` and its `message.created` event fanned out to the
-/// subscribed destinations (their filters run first, by `programs`), in one transaction; hints the engine about the destinations
-/// that have something to send.
+/// subscribed destinations (after the [`Judges`]), in one transaction; hints the engine
+/// about the destinations that have something to send.
 pub async fn post(
     store: &dyn Storage,
     engine: &EngineHandle,
-    programs: &impl ProgramRun,
-    schemas: &SchemaCache,
+    judges: Judges<'_, impl ProgramRun>,
     channel: &Channel,
     new: NewMessage,
     source: Source,
 ) -> Result<Message, OpsError> {
-    post_once(store, engine, programs, schemas, channel, new, source, None)
+    post_once(store, engine, judges, channel, new, source, None)
         .await?
         .ok_or_else(|| {
             OpsError::Internal(anyhow::anyhow!("a message without a webhook-id replayed"))
@@ -168,8 +175,7 @@ pub async fn post(
 pub async fn post_once(
     store: &dyn Storage,
     engine: &EngineHandle,
-    programs: &impl ProgramRun,
-    schemas: &SchemaCache,
+    judges: Judges<'_, impl ProgramRun>,
     channel: &Channel,
     new: NewMessage,
     source: Source,
@@ -187,7 +193,7 @@ pub async fn post_once(
     };
     check_payload(
         store,
-        schemas,
+        judges.schemas,
         event.space_id,
         &event.event_type,
         &event.payload,
@@ -195,7 +201,7 @@ pub async fn post_once(
     .await?;
     // Before the transaction: a replayed request runs the filters for nothing, but
     // the write never waits on a program.
-    let filters = filters::verdicts(store, programs, &event).await?;
+    let filters = filters::verdicts(store, judges.programs, &event).await?;
     let event = NewEvent {
         event,
         idempotency_key: None,

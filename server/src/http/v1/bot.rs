@@ -147,8 +147,10 @@ async fn post_as_bot(
     let message = messages::post(
         state.storage.as_ref(),
         &state.engine,
-        &state.sandbox,
-        &state.schemas,
+        messages::Judges {
+            schemas: &state.schemas,
+            programs: &state.sandbox,
+        },
         &channel,
         new,
         Source::Bot(bot.id),

@@ -381,8 +381,10 @@ async fn post_with_api_key(
     let message = messages::post(
         state.storage.as_ref(),
         &state.engine,
-        &state.sandbox,
-        &state.schemas,
+        messages::Judges {
+            schemas: &state.schemas,
+            programs: &state.sandbox,
+        },
         &channel,
         new,
         Source::Api(caller.key.id),
