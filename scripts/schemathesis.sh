@@ -7,8 +7,9 @@
 #   PARTYFLOW_API_KEY=pfk_… PARTYFLOW_PROJECT=spc_… scripts/schemathesis.sh
 #   scripts/schemathesis.sh --install    # only install it (what `./dev test` does)
 #
-# Every check schemathesis has runs, with two exceptions made per operation below
-# (see `exceptions`): positive_data_acceptance where a valid request depends on
+# Every check schemathesis has runs, with negative_data_rejection off in the stateful
+# phase only (see below) and two exceptions made per operation (see `exceptions`):
+# positive_data_acceptance where a valid request depends on
 # state or on a rule JSON Schema cannot say, and ensure_resource_availability on the
 # delete and revoke operations pinned to spare IDs.
 #
@@ -126,6 +127,13 @@ lines = [
     'bearer = "${PARTYFLOW_API_KEY}"',
     "",
 ]
+# In the stateful phase a step's path parameters come from the links (a name or ID an
+# earlier answer gave), and schemathesis 4.32 may still count such a step as the
+# negative case it was generated as, though the link replaced the one invalid part
+# with a valid value (schemathesis issue #2983): a valid PATCH answered 200 was
+# reported as "schema-violating request accepted". The other three phases still run
+# negative_data_rejection on every operation.
+lines += ["[phases.stateful.checks.negative_data_rejection]", "enabled = false", ""]
 if os.environ.get("PARTYFLOW_BOT_TOKEN"):
     lines += ["[auth.openapi.BotTokenAuth]", 'api_key = "Bot ${PARTYFLOW_BOT_TOKEN}"', ""]
 
