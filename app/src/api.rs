@@ -542,3 +542,63 @@ pub async fn save_event_type(
         .await?;
     crate::guard::answer(notice, None).await
 }
+
+// ---- Alerts (admin only) -----------------------------------------------------------------
+
+#[server(endpoint = "alerts")]
+pub async fn get_alerts() -> Result<AlertSettings, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.alerts(&user).await
+}
+
+#[server(endpoint = "set_alert_space")]
+pub async fn set_alert_space(space: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .set_alert_space(&user, &space)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// `format`: `json` (the whole alert) or `slack` (`{"text"}`).
+#[server(endpoint = "add_alert_webhook")]
+pub async fn add_alert_webhook(
+    space: String,
+    url: String,
+    format: String,
+) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .add_alert_webhook(&user, &space, &url, &format)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// `space` empty: the address gets every space's alerts.
+#[server(endpoint = "add_alert_email")]
+pub async fn add_alert_email(space: String, address: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .add_alert_email(&user, &space, &address)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+#[server(endpoint = "remove_alert_email")]
+pub async fn remove_alert_email(id: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .remove_alert_email(&user, &id)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
+/// `space` empty: a test alert of the install (its alert space and addresses).
+#[server(endpoint = "send_test_alert")]
+pub async fn send_test_alert(space: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .send_test_alert(&user, &space)
+        .await?;
+    crate::guard::answer(notice, None).await
+}

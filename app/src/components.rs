@@ -146,6 +146,7 @@ fn MainNav(unread: Resource<Result<i64, ConsoleError>>) -> impl IntoView {
                 view! {
                     <A href="/spaces">"Spaces & keys"</A>
                     <A href="/users">"Users"</A>
+                    <A href="/alerts">"Alerts"</A>
                 }
             })
         })

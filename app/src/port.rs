@@ -179,6 +179,29 @@ pub trait CatalogPort: Send + Sync {
     async fn save_event_type(&self, actor: &SessionUser, form: &CatalogForm) -> R<Notice>;
 }
 
+/// Alerts (admin only): the install's alert space, alert webhooks and e-mail addresses,
+/// and a test alert.
+#[async_trait::async_trait]
+pub trait AlertPort: Send + Sync {
+    async fn alerts(&self, actor: &SessionUser) -> R<AlertSettings>;
+    /// `space` an ID, or empty for none.
+    async fn set_alert_space(&self, actor: &SessionUser, space: &str) -> R<Notice>;
+    /// A destination of `space` subscribed to `partyflow.alert`; `format` is `json` or
+    /// `slack`.
+    async fn add_alert_webhook(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        url: &str,
+        format: &str,
+    ) -> R<Notice>;
+    /// `space` an ID, or empty for every space's alerts.
+    async fn add_alert_email(&self, actor: &SessionUser, space: &str, address: &str) -> R<Notice>;
+    async fn remove_alert_email(&self, actor: &SessionUser, id: &str) -> R<Notice>;
+    /// A notification made to try the alerts: of `space`, or of the install (empty).
+    async fn send_test_alert(&self, actor: &SessionUser, space: &str) -> R<Notice>;
+}
+
 /// Every area of the console at once: what the server provides in the Leptos context.
 /// Implemented for anything that implements every port; server functions call each
 /// area's methods on it.
@@ -191,6 +214,7 @@ pub trait ConsoleBackend:
     + SettingsPort
     + UserPort
     + CatalogPort
+    + AlertPort
     + 'static
 {
 }
@@ -204,6 +228,7 @@ impl<T> ConsoleBackend for T where
         + SettingsPort
         + UserPort
         + CatalogPort
+        + AlertPort
         + 'static
 {
 }

@@ -657,3 +657,46 @@ mod tests {
         assert!(serde_json::from_str::<Role>("\"root\"").is_err());
     }
 }
+
+/// The alert settings (admins only, docs D16): where admin notifications also go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertSettings {
+    /// The space whose alert webhooks get every space's alerts; empty for none.
+    pub alert_space: String,
+    /// Destinations subscribed to `partyflow.alert`, in every space.
+    pub webhooks: Vec<AlertWebhookView>,
+    pub emails: Vec<AlertEmailView>,
+    /// Whether an SMTP server is configured (`[alerts] smtp_url`).
+    pub smtp: bool,
+    /// E-mails given up on, newest first.
+    pub failed_mails: Vec<FailedMailView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertWebhookView {
+    pub id: String,
+    pub space_id: String,
+    pub space_name: String,
+    pub url: String,
+    /// Sent in Slack's shape (`{"text"}`) rather than as the whole alert.
+    pub slack: bool,
+    pub status: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertEmailView {
+    pub id: String,
+    /// Empty: every space's alerts.
+    pub space_id: String,
+    pub space_name: String,
+    pub address: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedMailView {
+    pub address: String,
+    pub subject: String,
+    pub error: String,
+    pub attempts: i64,
+    pub created_at: i64,
+}

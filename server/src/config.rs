@@ -39,6 +39,49 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Where tenants' programs run (`[sandbox]`, or `PARTYFLOW_SANDBOX__…`).
     pub sandbox: crate::sandbox::Settings,
+    /// Alerts by e-mail and how often alerts are looked for (`[alerts]`, or
+    /// `PARTYFLOW_ALERTS__…`).
+    pub alerts: AlertsConfig,
+}
+
+/// Alerts (docs D16): the SMTP server that e-mails them, and the relay's pace.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AlertsConfig {
+    /// `smtp://user:password@host:587?tls=required` or `smtps://…` (lettre's URL form);
+    /// empty: alerts are not e-mailed. Never logged: it may hold a password.
+    pub smtp_url: String,
+    /// The sender of alert e-mails.
+    pub smtp_from: String,
+    /// How often the relay looks for new notifications and due e-mails, in milliseconds.
+    pub poll_ms: u64,
+}
+
+impl Default for AlertsConfig {
+    fn default() -> Self {
+        Self {
+            smtp_url: String::new(),
+            smtp_from: "PartyFlow Hooks <partyflow@localhost>".into(),
+            poll_ms: 1000,
+        }
+    }
+}
+
+impl std::fmt::Debug for AlertsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlertsConfig")
+            .field(
+                "smtp_url",
+                &if self.smtp_url.is_empty() {
+                    ""
+                } else {
+                    "(set)"
+                },
+            )
+            .field("smtp_from", &self.smtp_from)
+            .field("poll_ms", &self.poll_ms)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -148,6 +191,7 @@ impl Default for Config {
             dispatch: DispatchConfig::default(),
             limits: LimitsConfig::default(),
             sandbox: crate::sandbox::Settings::default(),
+            alerts: AlertsConfig::default(),
         }
     }
 }

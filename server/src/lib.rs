@@ -15,6 +15,7 @@
 //! - `testkit` (feature `testkit`): what the test suites share (fresh databases, the
 //!   server in-process, a test receiver).
 
+pub mod alerts;
 pub mod auth;
 pub mod cli;
 pub mod clock;

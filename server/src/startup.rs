@@ -74,6 +74,21 @@ pub async fn run(
         .enabled
         .then(|| tokio::spawn(engine.clone().run(shutdown.clone())));
 
+    // Alerts (docs D16): every admin notification also goes out, to alert webhooks
+    // through the engine and by e-mail when an SMTP server is configured.
+    let relay = crate::alerts::relay::Relay {
+        storage: storage.clone(),
+        engine: engine.handle(),
+        sandbox: sandbox.clone(),
+        public_url: public_url.clone(),
+        poll: Duration::from_millis(config.alerts.poll_ms.max(10)),
+    };
+    let mut alert_tasks = vec![tokio::spawn(relay.run(shutdown.clone()))];
+    if let Some(mailer) = crate::alerts::mail::Mailer::from_config(storage.clone(), &config.alerts)?
+    {
+        alert_tasks.push(tokio::spawn(mailer.run(shutdown.clone())));
+    }
+
     let shared_config = Arc::new(config.clone());
     let schemas = crate::ops::event_types::SchemaCache::default();
     let state = AppState {
@@ -119,6 +134,9 @@ pub async fn run(
         .await
         .context("serving HTTP")?;
     if let Some(task) = engine_task {
+        let _ = task.await;
+    }
+    for task in alert_tasks {
         let _ = task.await;
     }
     cleanup.abort();

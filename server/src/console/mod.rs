@@ -37,6 +37,7 @@ use crate::http::AppState;
 use crate::ops::OpsError;
 use crate::storage::{Slot, Storage, StorageError};
 
+mod alerts;
 mod bulk;
 mod catalog;
 mod manage;

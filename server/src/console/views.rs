@@ -199,19 +199,7 @@ pub fn incoming(
 
 /// Where a notification's subject lives in the console.
 pub fn notification_link(n: &Notification) -> Option<String> {
-    let id = n.subject_id.as_deref()?;
-    match n.subject_kind.as_deref()? {
-        "destination" => Some(format!("/destinations/{id}")),
-        "incoming_webhook" => {
-            let space = n
-                .space_id
-                .map(|s| format!("?space={s}"))
-                .unwrap_or_default();
-            Some(format!("/incoming-webhooks{space}#{id}"))
-        }
-        "delivery" => Some(format!("/deliveries/{id}")),
-        _ => None,
-    }
+    n.console_path()
 }
 
 #[cfg(test)]

@@ -109,6 +109,8 @@ id_type!(ApiKeyId, "key", "API key");
 id_type!(UserId, "usr", "user");
 id_type!(NotificationId, "ntf", "notification");
 id_type!(EventTypeId, "ety", "event type");
+id_type!(AlertEmailId, "ale", "alert e-mail address");
+id_type!(AlertMailId, "alm", "alert e-mail");
 
 impl EventId {
     /// A fresh event ID, greater than every one this process made before, even within

@@ -195,7 +195,7 @@ impl Destination {
     /// Whether an event of `event_type` goes to this destination (status aside).
     pub fn subscribes_to(&self, event_type: &str) -> bool {
         match &self.event_types {
-            None => true,
+            None => !is_product_event_type(event_type),
             Some(patterns) => {
                 let keys = subscription_keys(event_type);
                 patterns.iter().any(|p| keys.contains(p))
@@ -207,11 +207,28 @@ impl Destination {
 /// The subscription entry that takes every event type.
 pub const EVERY_TYPE: &str = "*";
 
+/// The prefix of the product's own event types (`partyflow.test`, `partyflow.alert`):
+/// nobody else may publish them.
+pub const PRODUCT_EVENT_PREFIX: &str = "partyflow.";
+
+/// The event type of alerts (docs D16): sent to the destinations that name it.
+pub const ALERT_EVENT_TYPE: &str = "partyflow.alert";
+
+/// Whether `event_type` is one of the product's own (see [`PRODUCT_EVENT_PREFIX`]).
+pub fn is_product_event_type(event_type: &str) -> bool {
+    event_type.starts_with(PRODUCT_EVENT_PREFIX)
+}
+
 /// The subscription entries that take an event of `event_type`: the type itself, `*`,
 /// and one trailing wildcard per dot (`order.refund.done` → `order.*`, `order.refund.*`).
+/// The product's own types are taken only by their name: a destination that asked for
+/// every type of a tenant's events does not get admin alerts.
 /// The one matching rule: a publish looks these up in `subscriptions` with `IN (…)`, and
 /// [`Destination::subscribes_to`] asks whether one of its entries is among them.
 pub fn subscription_keys(event_type: &str) -> Vec<String> {
+    if is_product_event_type(event_type) {
+        return vec![event_type.to_owned()];
+    }
     let mut keys = vec![event_type.to_owned(), EVERY_TYPE.to_owned()];
     keys.extend(
         event_type
@@ -336,6 +353,51 @@ pub struct Notification {
     pub read_at: Option<UnixMs>,
 }
 
+impl Notification {
+    /// Where its subject lives in the console (a path below the console's base): what
+    /// the notifications page and the alerts link to.
+    pub fn console_path(&self) -> Option<String> {
+        let id = self.subject_id.as_deref()?;
+        match self.subject_kind.as_deref()? {
+            "destination" => Some(format!("/destinations/{id}")),
+            "incoming_webhook" => {
+                let space = self
+                    .space_id
+                    .map(|s| format!("?space={s}"))
+                    .unwrap_or_default();
+                Some(format!("/incoming-webhooks{space}#{id}"))
+            }
+            "delivery" => Some(format!("/deliveries/{id}")),
+            _ => None,
+        }
+    }
+}
+
+/// An address that admin notifications are e-mailed to (docs D16): a space's, or every
+/// space's (`space_id` `None`, the install's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertEmail {
+    pub id: AlertEmailId,
+    pub space_id: Option<SpaceId>,
+    pub address: String,
+    pub created_at: UnixMs,
+}
+
+/// An alert e-mail waiting to be sent, or given up on (`next_attempt_at` `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlertMail {
+    pub id: AlertMailId,
+    pub notification_id: NotificationId,
+    pub space_id: Option<SpaceId>,
+    pub address: String,
+    pub subject: String,
+    pub body: String,
+    pub attempts: i64,
+    pub next_attempt_at: Option<UnixMs>,
+    pub last_error: Option<String>,
+    pub created_at: UnixMs,
+}
+
 /// When a destination is switched off for failing (docs §2.6): after `after`
 /// dead-lettered deliveries in a row, with early warnings for admins at `warn_at`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -425,6 +487,18 @@ mod tests {
             ["order.refund.done", "*", "order.*", "order.refund.*"]
         );
         assert_eq!(subscription_keys("ping"), ["ping", "*"]);
+    }
+
+    #[test]
+    fn the_products_own_types_are_taken_only_by_their_name() {
+        assert_eq!(subscription_keys(ALERT_EVENT_TYPE), [ALERT_EVENT_TYPE]);
+        assert!(subscribed(&[ALERT_EVENT_TYPE]).subscribes_to(ALERT_EVENT_TYPE));
+        assert!(!subscribed(&["*"]).subscribes_to(ALERT_EVENT_TYPE));
+        assert!(!subscribed(&["partyflow.*"]).subscribes_to(ALERT_EVENT_TYPE));
+        let mut everything = subscribed(&[]);
+        everything.event_types = None;
+        assert!(everything.subscribes_to("order.created"));
+        assert!(!everything.subscribes_to(ALERT_EVENT_TYPE));
     }
 
     #[test]

@@ -44,6 +44,7 @@ use async_trait::async_trait;
 
 use crate::domain::*;
 
+mod alerts;
 mod channels;
 mod deliveries;
 mod destinations;
@@ -63,6 +64,7 @@ pub mod testing;
 mod users;
 pub mod write;
 
+pub use alerts::AlertStore;
 pub use channels::ChannelStore;
 pub use deliveries::DeliveryStore;
 pub use destinations::DestinationStore;
@@ -390,6 +392,7 @@ pub trait Storage:
     + UserStore
     + NotificationStore
     + ConsoleStats
+    + AlertStore
     + std::fmt::Debug
     + 'static
 {

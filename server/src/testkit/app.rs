@@ -148,6 +148,10 @@ pub fn test_config(db_url: &str) -> Config {
         dispatch,
         site_root: site_root(),
         sandbox: sandbox_settings(),
+        alerts: crate::config::AlertsConfig {
+            poll_ms: 100,
+            ..Default::default()
+        },
         ..Config::default()
     }
 }

@@ -2,6 +2,7 @@
 //! Every storage and HTTP test runs against SQLite and, when the test command
 //! started one (`PARTYFLOW_TEST_POSTGRES_URL`), PostgreSQL.
 
+mod alerts;
 mod api;
 mod bots;
 mod cli;

@@ -95,7 +95,7 @@ struct Published202 {
         (status = 413, response = PayloadTooLarge),
         (status = 415, response = UnsupportedMediaType),
         (status = 422, description = "A value out of range (`invalid_event_type`, `invalid_idempotency_key`, \
-            `invalid_body`), or a payload that breaks its event type's schema (`schema_violation`, with \
+            `invalid_body`), an event type of PartyFlow's own (`partyflow.…`: `reserved_event_type`), or a payload that breaks its event type's schema (`schema_violation`, with \
             `violations`)", body = ErrorBody),
         (status = 500, response = InternalError),
     )
@@ -108,6 +108,15 @@ async fn publish(
 ) -> Result<(StatusCode, Json<Published202>), ApiError> {
     let space_id = caller.space(&project)?;
     check_event_type(&body.event_type)?;
+    if crate::domain::is_product_event_type(&body.event_type) {
+        return Err(ApiError::invalid(
+            "reserved_event_type",
+            format!(
+                "event types beginning with {:?} are PartyFlow's own (test events, alerts)",
+                crate::domain::PRODUCT_EVENT_PREFIX
+            ),
+        ));
+    }
     if let Some(key) = &body.idempotency_key {
         if key.is_empty() || key.chars().count() > 255 || key.contains('\0') {
             return Err(ApiError::invalid(
