@@ -65,7 +65,12 @@ impl Relay {
 
     async fn relay(&self, n: &Notification, alert_space: Option<SpaceId>) -> anyhow::Result<()> {
         let space = match n.space_id {
-            Some(id) => self.storage.get_space(id).await.ok(),
+            Some(id) => match self.storage.get_space(id).await {
+                Ok(space) => Some(space),
+                // Deleted since: its notifications go with it, but this one was read.
+                Err(crate::storage::StorageError::NotFound) => None,
+                Err(e) => return Err(e.into()),
+            },
             None => None,
         };
         let link = super::console_link(&self.public_url, n);
