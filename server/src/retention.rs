@@ -175,8 +175,13 @@ pub async fn purge(
                     break;
                 }
             }
-            purged.deliveries += storage.purge_deliveries(&ids).await?;
+            let n = storage.purge_deliveries(&ids).await?;
+            purged.deliveries += n;
             pause().await;
+            if n == 0 {
+                // Nothing it could delete (cannot happen: finished is final); never spin.
+                break;
+            }
         }
         // Events no delivery needs any more.
         let mut after = None;
