@@ -404,7 +404,8 @@ mod tests {
                 .extract::<Config>()
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("retention.pro"), "{err}");
+            // The key, as the environment spells it: `RETENTION.PRO`.
+            assert!(err.to_lowercase().contains("retention.pro"), "{err}");
             assert!(err.contains("thirty days"), "{err}");
             Ok(())
         });
