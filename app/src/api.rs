@@ -458,6 +458,16 @@ pub async fn revoke_api_key(space: String, id: String) -> Result<Notice, Console
     crate::guard::answer(notice, None).await
 }
 
+/// `retention`: a duration such as `30d`; empty goes back to the plan's.
+#[server(endpoint = "set_space_retention")]
+pub async fn set_space_retention(space: String, retention: String) -> Result<Notice, ConsoleError> {
+    let user = crate::guard::for_change().await?;
+    let notice = crate::port::backend()?
+        .set_space_retention(&user, &space, &retention)
+        .await?;
+    crate::guard::answer(notice, None).await
+}
+
 #[server(endpoint = "create_user")]
 pub async fn create_user(
     email: String,

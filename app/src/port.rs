@@ -135,6 +135,13 @@ pub trait AdminPort: Send + Sync {
         password: &str,
         role: &str,
     ) -> R<Notice>;
+    /// The space's own retention (`30d`); empty goes back to its plan's.
+    async fn set_space_retention(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        retention: &str,
+    ) -> R<Notice>;
 }
 
 /// A destination's settings: the create and edit forms, and test events (admin only).

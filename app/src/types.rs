@@ -506,6 +506,10 @@ pub struct SpaceDetail {
     pub channels: Vec<ChannelView>,
     pub bots: Vec<BotView>,
     pub api_keys: Vec<ApiKeyView>,
+    /// The space's own retention (`30days`), empty when it keeps its plan's.
+    pub retention: String,
+    /// The retention that applies (its own, else its plan's).
+    pub effective_retention: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

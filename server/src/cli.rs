@@ -1,5 +1,5 @@
 //! The `partyflow` command line: `serve`, `migrate`, `space create`, `user create`,
-//! `backup`, `copy`.
+//! `backup`, `copy`, `vacuum`.
 
 use std::io::Read as _;
 use std::process::ExitCode;
@@ -49,6 +49,10 @@ enum Command {
         #[arg(long)]
         to: String,
     },
+    /// Convert the configured SQLite database to `auto_vacuum = INCREMENTAL` and compact it
+    /// (stop the server first), so retention's purges give disk space back; prints JSON
+    /// `{"autoVacuumBefore", "autoVacuum", "bytesBefore", "bytes"}`.
+    Vacuum,
 }
 
 #[derive(Subcommand)]
@@ -189,6 +193,13 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             let tables = storage::moving::copy(&from.sessions, &target.sessions).await?;
             let rows: i64 = tables.values().sum();
             println!("{}", serde_json::json!({ "tables": tables, "rows": rows }));
+            Ok(())
+        }
+        Command::Vacuum => {
+            let db = storage::connect(&config.database_url).await?;
+            db.storage.migrate().await.context("applying migrations")?;
+            let done = storage::sqlite::vacuum(&db.sessions).await?;
+            println!("{}", serde_json::to_string(&done)?);
             Ok(())
         }
         Command::User {

@@ -9,7 +9,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::PerPlan;
+use crate::domain::{PerPlan, Retention};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -42,6 +42,9 @@ pub struct Config {
     /// Alerts by e-mail and how often alerts are looked for (`[alerts]`, or
     /// `PARTYFLOW_ALERTS__…`).
     pub alerts: AlertsConfig,
+    /// How long records are kept and how often they are purged (`[retention]`, or
+    /// `PARTYFLOW_RETENTION__…`; docs D10).
+    pub retention: RetentionConfig,
 }
 
 /// Alerts (docs D16): the SMTP server that e-mails them, and the relay's pace.
@@ -81,6 +84,58 @@ impl std::fmt::Debug for AlertsConfig {
             .field("smtp_from", &self.smtp_from)
             .field("poll_ms", &self.poll_ms)
             .finish()
+    }
+}
+
+/// `[retention]`: durations such as `2s`, `10m`, `30d` (a value that does not read as
+/// one stops the start with the key named).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Finished deliveries, their attempts and events, and read notifications of a space
+    /// on the free plan are kept this long (unless the space has its own retention).
+    pub free: Retention,
+    pub pro: Retention,
+    pub enterprise: Retention,
+    /// How often the purge runs.
+    pub interval: Retention,
+    /// How long audit entries are kept.
+    pub audit: Retention,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        let plans = PerPlan::RETENTION;
+        Self {
+            free: plans.free,
+            pro: plans.pro,
+            enterprise: plans.enterprise,
+            interval: Retention::MINUTE,
+            audit: Retention::days(365),
+        }
+    }
+}
+
+impl RetentionConfig {
+    /// The retention task's settings.
+    pub fn settings(&self) -> crate::retention::Settings {
+        crate::retention::Settings {
+            per_plan: self.per_plan(),
+            interval: self.interval.as_duration(),
+            batch: 1000,
+            pause: std::time::Duration::from_millis(20),
+            vacuum_pages: 4096,
+            audit: self.audit,
+        }
+    }
+
+    /// The plans' retentions.
+    pub fn per_plan(&self) -> PerPlan<Retention> {
+        PerPlan {
+            free: self.free,
+            pro: self.pro,
+            enterprise: self.enterprise,
+        }
     }
 }
 
@@ -192,6 +247,7 @@ impl Default for Config {
             limits: LimitsConfig::default(),
             sandbox: crate::sandbox::Settings::default(),
             alerts: AlertsConfig::default(),
+            retention: RetentionConfig::default(),
         }
     }
 }
@@ -367,6 +423,36 @@ mod tests {
         };
         let err = bad.resolve_public_url(bound).unwrap_err().to_string();
         assert!(err.starts_with("PARTYFLOW_PUBLIC_URL: "), "{err}");
+    }
+
+    #[test]
+    fn retention_reads_durations_from_the_file_and_the_environment() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("pf.toml", "[retention]\nfree = \"2s\"\ninterval = \"10m\"")?;
+            jail.set_env("PARTYFLOW_RETENTION__PRO", "30d");
+            let config: Config = Config::figment("pf.toml").extract()?;
+            assert_eq!(config.retention.free.as_millis(), 2_000);
+            assert_eq!(config.retention.interval.as_millis(), 600_000);
+            assert_eq!(config.retention.pro, Retention::days(30));
+            assert_eq!(config.retention.enterprise, Retention::days(90));
+            assert_eq!(config.retention.audit, Retention::days(365));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_retention_stops_the_start_naming_its_key() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("PARTYFLOW_RETENTION__PRO", "thirty days");
+            let err = Config::figment("none.toml")
+                .extract::<Config>()
+                .unwrap_err()
+                .to_string();
+            // The key, as the environment spells it: `RETENTION.PRO`.
+            assert!(err.to_lowercase().contains("retention.pro"), "{err}");
+            assert!(err.contains("thirty days"), "{err}");
+            Ok(())
+        });
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! - [`http`]: the axum routers: health, the REST API (`http::v1`), and the JSON error type.
 //! - [`console`]: what the Leptos console needs from the server (sessions, the console port).
 //! - [`sandbox`]: the worker processes that run tenants' jq programs under memory and CPU limits.
+//! - [`retention`]: the background purge of what is no longer kept (docs D10).
 //! - [`startup`]: wires it all together and serves until a shutdown signal.
 //! - [`cli`]: the `partyflow` command line.
 //! - `testkit` (feature `testkit`): what the test suites share (fresh databases, the
@@ -25,6 +26,7 @@ pub mod dispatch;
 pub mod domain;
 pub mod http;
 pub mod ops;
+pub mod retention;
 pub mod sandbox;
 pub mod startup;
 pub mod storage;

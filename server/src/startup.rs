@@ -59,6 +59,12 @@ pub async fn run(
             .clone()
             .delete_expired_every(Duration::from_secs(300)),
     );
+    let retention = tokio::spawn(crate::retention::run(
+        storage.clone(),
+        sessions.clone(),
+        config.retention.settings(),
+        shutdown.clone(),
+    ));
 
     let network = crate::dispatch::ssrf::NetworkPolicy::parse(&config.allow_networks)
         .map_err(|e| anyhow::anyhow!("PARTYFLOW_ALLOW_NETWORKS: {e}"))?;
@@ -140,6 +146,7 @@ pub async fn run(
         let _ = task.await;
     }
     cleanup.abort();
+    let _ = retention.await;
     tracing::info!("stopped");
     Ok(())
 }

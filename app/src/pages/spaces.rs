@@ -7,7 +7,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::api::{
     get_space, list_spaces, CreateApiKey, CreateBot, CreateChannel, CreateSpace, RevokeApiKey,
-    RevokeBot,
+    RevokeBot, SetSpaceRetention,
 };
 use crate::components::{
     console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation,
@@ -90,6 +90,7 @@ pub fn SpacePage() -> impl IntoView {
         key: use_mutation::<CreateApiKey>(),
         revoke_key: use_mutation::<RevokeApiKey>(),
         forms: [NodeRef::new(), NodeRef::new(), NodeRef::new()],
+        retention: use_mutation::<SetSpaceRetention>(),
     };
     reset_on_success(actions.channel, actions.forms[0]);
     reset_on_success(actions.bot, actions.forms[1]);
@@ -117,6 +118,7 @@ struct Actions {
     key: ServerAction<CreateApiKey>,
     revoke_key: ServerAction<RevokeApiKey>,
     forms: [NodeRef<leptos::html::Form>; 3],
+    retention: ServerAction<SetSpaceRetention>,
 }
 
 fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
@@ -126,6 +128,7 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
     let s3 = space.clone();
     let s4 = space.clone();
     let s5 = space.clone();
+    let s6 = space.clone();
     view! {
         <div class="page-head">
             <h1>{d.space.name.clone()}</h1>
@@ -215,6 +218,19 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
                     <input type="hidden" name="space" value=s5/>
                     <label>"New API key name" <input type="text" name="name" required maxlength="100"/></label>
                     <button type="submit" class="secondary">"Create API key"</button>
+                </ActionForm>
+            </section>
+            <section class="card" data-testid="retention">
+                <h2>"Retention"</h2>
+                <p class="muted">"Finished deliveries, their attempts and events, and read notifications are deleted after "
+                    <strong data-testid="effective-retention">{d.effective_retention.clone()}</strong>
+                    {if d.retention.is_empty() { " (the plan's)." } else { " (this space's own)." }}
+                </p>
+                <ActionForm action=a.retention>
+                    <input type="hidden" name="space" value=s6/>
+                    <label>"Keep for" <input type="text" name="retention" value=d.retention.clone()
+                        placeholder="the plan's, e.g. 30d, 12h" maxlength="40"/></label>
+                    <button type="submit" class="secondary">"Save retention"</button>
                 </ActionForm>
             </section>
         </div>

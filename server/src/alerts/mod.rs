@@ -145,6 +145,7 @@ mod tests {
             name: "Acme".into(),
             plan: Plan::Pro,
             created_at: 0,
+            retention: None,
         }
     }
 

@@ -37,9 +37,19 @@ struct Args {
     /// Deliveries waiting for retries in the backlog scenario.
     #[arg(long, default_value_t = 1_000_000)]
     backlog: usize,
-    /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,transform,wide,backlog).
+    /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,transform,wide,
+    /// backlog,purge,soak). `soak` runs only when named.
     #[arg(long)]
     only: Option<String>,
+    /// Finished deliveries (old enough to be purged) in the purge scenario.
+    #[arg(long, default_value_t = 1_000_000)]
+    purge_rows: usize,
+    /// How long the soak runs (500 events/s, retention of one minute).
+    #[arg(long, env = "PARTYFLOW_BENCH_SOAK_SECONDS", default_value_t = 600)]
+    soak_seconds: u64,
+    /// How often the soak prints the database size and the RSS.
+    #[arg(long, env = "PARTYFLOW_BENCH_SOAK_EVERY", default_value_t = 60)]
+    soak_every: u64,
 }
 
 /// Arrival time of each `webhook-id` at the receiver.
@@ -385,9 +395,12 @@ fn main() -> anyhow::Result<()> {
 async fn bench() -> anyhow::Result<()> {
     let args = Args::parse();
     let wants = |s: &str| {
-        args.only
+        let named = args
+            .only
             .as_deref()
-            .is_none_or(|o| o.split(',').any(|x| x == s))
+            .is_some_and(|o| o.split(',').any(|x| x == s));
+        // The soak takes ten minutes: only when asked for.
+        named || (args.only.is_none() && s != "soak")
     };
     let dir = tempfile::tempdir()?;
     let url = match &args.postgres {
@@ -417,6 +430,8 @@ async fn bench() -> anyhow::Result<()> {
     config.dispatch.idle_poll_ms = 1000;
     // The benchmark measures the engine, not the plan limit.
     config.limits.outgoing_per_second.enterprise = 1_000_000;
+    // The retention task runs often, so the purge and soak scenarios see it at work.
+    config.retention.interval = "5s".parse()?;
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(server::startup::run(
         config,
@@ -682,6 +697,14 @@ async fn bench() -> anyhow::Result<()> {
             percentile(&with_backlog, 0.99) / percentile(&baseline, 0.99)
         );
     }
+    if wants("purge") {
+        peak_rss = peak_rss.max(purge_scenario(&bench, args.purge_rows, args.seconds).await?);
+        bench.delete_destinations().await;
+        bench.arrivals.reset();
+    }
+    if wants("soak") {
+        peak_rss = peak_rss.max(soak(&bench, &url, args.soak_seconds, args.soak_every).await?);
+    }
     println!(
         "\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB"
     );
@@ -759,4 +782,241 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Finished deliveries dated a month ago (past the benchmark space's retention, a week by
+/// default) purged by the real retention task while 200 events/s flow to one destination:
+/// publish→first-attempt p99 with and without the purge, and the purge's rows/s.
+async fn purge_scenario(bench: &Bench, rows: usize, seconds: u64) -> anyhow::Result<f64> {
+    // Alone with its own destination (the backlog scenario leaves a million waiting).
+    bench.delete_destinations().await;
+    bench
+        .destination(
+            json!({"url": format!("http://{}/steady", bench.receiver), "eventTypes": ["steady"]}),
+        )
+        .await;
+    let (_, base) = bench.steady(200, seconds).await;
+    bench.wait_for(base.len(), Duration::from_secs(60)).await;
+    let baseline = bench.first_attempt_latencies(&base);
+    bench.arrivals.reset();
+
+    let written = Instant::now();
+    fill_finished(bench, rows).await?;
+    println!(
+        "\n[fresh traffic while the retention task purges {rows} finished deliveries] \
+         (written in {:.0} s, with an attempt each and an event per 10)",
+        written.elapsed().as_secs_f64()
+    );
+    // Traffic until the purge is done (at least `seconds`), in 5-second rounds; the purge
+    // may have begun while the rows were written, so its rate counts what was left then.
+    let left = old_finished(bench).await?;
+    let started = Instant::now();
+    let mut purged_in = None;
+    let mut lat = Vec::new();
+    let mut peak = rss_mb();
+    while purged_in.is_none() || started.elapsed() < Duration::from_secs(seconds) {
+        let (_, sent) = bench.steady(200, 5).await;
+        bench.wait_for(sent.len(), Duration::from_secs(60)).await;
+        lat.extend(bench.first_attempt_latencies(&sent));
+        bench.arrivals.reset();
+        peak = peak.max(rss_mb());
+        if purged_in.is_none() && old_finished(bench).await? == 0 {
+            purged_in = Some(started.elapsed());
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            println!(
+                "  (gave up after 30 minutes: {} left)",
+                old_finished(bench).await?
+            );
+            break;
+        }
+    }
+    lat.sort_by(f64::total_cmp);
+    print_latency("publish → first attempt, no purge", baseline.clone());
+    print_latency("publish → first attempt, during the purge", lat.clone());
+    println!(
+        "  p99 ratio: {:.2}× (target ≤ 1.5×)",
+        percentile(&lat, 0.99) / percentile(&baseline, 0.99)
+    );
+    if let Some(took) = purged_in {
+        println!(
+            "  purge: {left} deliveries (with an attempt each, and their events) in ≤ {:.0} s: \
+             ≥ {:.0} deliveries/s",
+            took.as_secs_f64(),
+            left as f64 / took.as_secs_f64()
+        );
+    }
+    Ok(peak)
+}
+
+/// The old finished deliveries still in the database.
+async fn old_finished(bench: &Bench) -> anyhow::Result<i64> {
+    let sql = "SELECT COUNT(*) FROM deliveries WHERE event_type = 'old'";
+    Ok(match bench.storage.raw_pool() {
+        RawPool::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(&pool).await?,
+        RawPool::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(&pool).await?,
+    })
+}
+
+/// Writes `n` succeeded deliveries of a month ago (an attempt each, an event per ten),
+/// straight into the database.
+async fn fill_finished(bench: &Bench, n: usize) -> anyhow::Result<()> {
+    let dst = bench
+        .destination(
+            json!({"url": format!("http://{}/old", bench.receiver), "eventTypes": ["old"]}),
+        )
+        .await;
+    let month_ago = server::clock::now_ms() - 30 * 86_400_000;
+    let id = |prefix: &str, at: i64| {
+        format!(
+            "{prefix}_{}",
+            ulid::Ulid::from_parts(at as u64, rand::random::<u128>())
+                .to_string()
+                .to_lowercase()
+        )
+    };
+    let pool = bench.storage.raw_pool();
+    const CHUNK: usize = 1000;
+    for start in (0..n).step_by(CHUNK) {
+        let count = CHUNK.min(n - start);
+        let at = month_ago + (start as i64) / 10;
+        let events: Vec<String> = (0..count.div_ceil(10)).map(|_| id("evt", at)).collect();
+        let deliveries: Vec<(String, String)> = (0..count)
+            .map(|i| (id("dlv", at), events[i / 10].clone()))
+            .collect();
+        // Our own IDs and constants only: written as literals, one statement per table.
+        let space = &bench.space;
+        let events_sql = format!(
+            "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES {}",
+            events
+                .iter()
+                .map(|e| format!("('{e}', '{space}', 'old', '{{\"old\":true}}', {at})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let deliveries_sql = format!(
+            "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+             attempts, last_status_code, created_at, updated_at, finished_at) VALUES {}",
+            deliveries
+                .iter()
+                .map(|(d, e)| {
+                    format!("('{d}', '{space}', '{e}', '{dst}', 'old', 'succeeded', 1, 200, {at}, {at}, {at})")
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let attempts_sql = format!(
+            "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, \
+             duration_ms, request_url, request_headers, request_body, response_status, \
+             response_headers, response_body) VALUES {}",
+            deliveries
+                .iter()
+                .map(|(d, _)| {
+                    format!(
+                        "('{}', '{d}', '{space}', 1, {at}, 12, 'http://127.0.0.1/old', '{{}}', \
+                         '{{\"old\":true}}', 200, '{{}}', 'ok')",
+                        id("atm", at)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let chunk = [events_sql, deliveries_sql, attempts_sql];
+        match &pool {
+            RawPool::Sqlite(pool) => {
+                let mut tx = pool.begin().await?;
+                for sql in &chunk {
+                    sqlx::query(sql).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+            }
+            RawPool::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                for sql in &chunk {
+                    sqlx::query(sql).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+            }
+        }
+    }
+    if let RawPool::Postgres(pool) = &pool {
+        sqlx::query("ANALYZE").execute(pool).await?;
+    }
+    Ok(())
+}
+
+/// 500 events/s for `seconds` with the space's retention at one minute: the database's
+/// size (SQLite: file + WAL) and the process's RSS every `every` seconds. Both should be
+/// flat after the first minutes.
+async fn soak(bench: &Bench, db_url: &str, seconds: u64, every: u64) -> anyhow::Result<f64> {
+    bench
+        .destination(json!({"url": format!("http://{}/soak", bench.receiver)}))
+        .await;
+    let resp = bench
+        .client
+        .patch(format!("{}/v1/projects/{}", bench.base, bench.space))
+        .bearer_auth(&bench.key)
+        .json(&json!({"retention": "1m"}))
+        .send()
+        .await?;
+    anyhow::ensure!(
+        resp.status().is_success(),
+        "setting the retention: {}",
+        resp.status()
+    );
+    println!("\n[soak: 500 events/s for {seconds} s, retention 1 minute, purge every 5 s]");
+    println!("  elapsed   database MB   RSS MB   delivered");
+    let started = Instant::now();
+    let mut ticker = tokio::time::interval(Duration::from_millis(2));
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut next_report = Duration::from_secs(every.max(1));
+    let mut peak = rss_mb();
+    let mut sent = 0u64;
+    let mut delivered = 0usize;
+    let url_events = format!("{}/v1/projects/{}/events", bench.base, bench.space);
+    while started.elapsed() < Duration::from_secs(seconds) {
+        ticker.tick().await;
+        let (client, url, key) = (bench.client.clone(), url_events.clone(), bench.key.clone());
+        sent += 1;
+        tokio::spawn(async move {
+            let _ = client
+                .post(&url)
+                .bearer_auth(&key)
+                .json(&json!({"type": "soak", "payload": {"i": sent, "text": "soak"}}))
+                .send()
+                .await;
+        });
+        if started.elapsed() >= next_report {
+            next_report += Duration::from_secs(every.max(1));
+            delivered += bench.arrivals.count();
+            bench.arrivals.reset();
+            let rss = rss_mb();
+            peak = peak.max(rss);
+            println!(
+                "  {:>5.0} s   {:>11.1}   {:>6.0}   {delivered}",
+                started.elapsed().as_secs_f64(),
+                database_mb(bench, db_url).await?,
+                rss
+            );
+        }
+    }
+    Ok(peak)
+}
+
+/// The database's size on disk: SQLite's file and its WAL; PostgreSQL's database.
+async fn database_mb(bench: &Bench, url: &str) -> anyhow::Result<f64> {
+    let bytes = match bench.storage.raw_pool() {
+        RawPool::Sqlite(_) => {
+            let path = url.trim_start_matches("sqlite://");
+            let size = |p: String| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+            size(path.to_owned()) + size(format!("{path}-wal"))
+        }
+        RawPool::Postgres(pool) => {
+            let n: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())")
+                .fetch_one(&pool)
+                .await?;
+            n as u64
+        }
+    };
+    Ok(bytes as f64 / 1_048_576.0)
 }

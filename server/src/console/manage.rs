@@ -203,6 +203,12 @@ impl AdminPort for Backend {
                     revoked_at: k.revoked_at,
                 })
                 .collect(),
+            retention: space.retention.map(|r| r.to_string()).unwrap_or_default(),
+            effective_retention: crate::ops::retention::effective(
+                &space,
+                &self.config.retention.per_plan(),
+            )
+            .to_string(),
         })
     }
 
@@ -343,5 +349,27 @@ impl AdminPort for Backend {
             user.email,
             user.role.as_str()
         )))
+    }
+
+    async fn set_space_retention(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        retention: &str,
+    ) -> Result<Notice, ConsoleError> {
+        require_role(actor, Role::Admin)?;
+        let space_id: SpaceId = parse_id(space, "space")?;
+        let chosen = crate::ops::retention::parse_optional(retention).map_err(refused)?;
+        let space = crate::ops::retention::set(self.storage.as_ref(), space_id, chosen)
+            .await
+            .map_err(refused)?;
+        let effective = crate::ops::retention::effective(&space, &self.config.retention.per_plan());
+        Ok(Notice::new(match chosen {
+            Some(own) => format!("{} now keeps finished deliveries for {own}.", space.name),
+            None => format!(
+                "{} keeps finished deliveries for its plan's {effective} again.",
+                space.name
+            ),
+        }))
     }
 }

@@ -61,6 +61,15 @@ impl AnyStore {
         };
     }
 
+    /// Deletes the expired sessions of tower-sessions' table now (the retention task).
+    pub async fn delete_expired_now(&self) -> session_store::Result<()> {
+        use tower_sessions::ExpiredDeletion as _;
+        match &self.inner {
+            Inner::Sqlite(s) => s.delete_expired().await,
+            Inner::Postgres(s) => s.delete_expired().await,
+        }
+    }
+
     /// Ends every session signed in as `user`; returns how many there were.
     pub async fn end_sessions_of(&self, user: UserId) -> session_store::Result<usize> {
         let ids = self

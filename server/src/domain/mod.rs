@@ -59,7 +59,7 @@ macro_rules! string_enum {
 pub mod model;
 pub use model::*;
 pub mod plans;
-pub use plans::PerPlan;
+pub use plans::{retention_for, PerPlan, Retention};
 
 string_enum!(
     /// A space's plan; it sets the shared outgoing send rate and the incoming webhook rate.

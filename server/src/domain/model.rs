@@ -14,6 +14,8 @@ pub struct Space {
     pub name: String,
     pub plan: Plan,
     pub created_at: UnixMs,
+    /// The space's own retention (docs D10); `None`: its plan's.
+    pub retention: Option<Retention>,
 }
 
 /// An API key without its secret; only its hash is stored.

@@ -18,6 +18,7 @@
 //! - [`replay`]: which failed deliveries a resend of all failed (and its preview) takes;
 //! - [`headers`]: a destination's own request headers (names, limits, merging, masking);
 //! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out).
+//! - [`retention`]: a space's own retention, set by the REST API and the console.
 
 pub mod credentials;
 pub mod destinations;
@@ -28,6 +29,7 @@ pub mod messages;
 pub mod names;
 pub mod rate;
 pub mod replay;
+pub mod retention;
 pub mod schedule;
 pub mod tenants;
 

@@ -31,6 +31,7 @@ pub async fn create_space(
         name: names::parse(NameKind::Space, name)?,
         plan,
         created_at: now,
+        retention: None,
     };
     store.create_space(&space).await?;
     let (_, minted) = credentials::create_api_key(store, space.id, FIRST_API_KEY_NAME, now).await?;

@@ -21,6 +21,7 @@
 //! | `users.rs`         | [`UserStore`]         | sign-in, user management, the session index    |
 //! | `notifications.rs` | [`NotificationStore`] | the console, the REST API                      |
 //! | `stats.rs`         | [`ConsoleStats`]      | the console's overview and counters            |
+//! | `retention.rs`     | [`RetentionStore`]    | the retention task (the purge)                 |
 //!
 //! [`Storage`] combines them for the server's state; [`TestStorage`] adds what only tests
 //! and the benchmark use. Every write goes through `write.rs` ([`write::Writes`]: the
@@ -56,6 +57,7 @@ pub mod moving;
 mod notifications;
 pub mod postgres;
 mod queue;
+mod retention;
 pub mod sqlite;
 mod stats;
 pub mod store;
@@ -73,6 +75,7 @@ pub use events::EventStore;
 pub use incoming::IncomingStore;
 pub use notifications::NotificationStore;
 pub use queue::DispatchQueue;
+pub use retention::RetentionStore;
 pub use stats::ConsoleStats;
 pub use tenants::TenantStore;
 pub use testing::TestStorage;
@@ -393,6 +396,7 @@ pub trait Storage:
     + NotificationStore
     + ConsoleStats
     + AlertStore
+    + RetentionStore
     + std::fmt::Debug
     + 'static
 {

@@ -8,7 +8,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
 
 use super::deliveries::{DeliveryRow, DELIVERY};
@@ -26,9 +27,16 @@ pub struct Sqlite;
 
 impl Store<Sqlite> {
     /// Opens (creating if needed, with its parent folder) the database at `url`.
+    ///
+    /// A new database gets `auto_vacuum = INCREMENTAL` (set on every connection before
+    /// `journal_mode`; SQLite takes it only while the file has no table yet, so on an
+    /// existing database it changes nothing): pages freed by the retention purge go back
+    /// to the file system through `PRAGMA incremental_vacuum` (docs §8 "Retention").
+    /// `partyflow vacuum` converts an older file.
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
@@ -207,4 +215,52 @@ impl Dialect for Sqlite {
     fn raw_pool(pool: &SqlitePool) -> RawPool {
         RawPool::Sqlite(pool.clone())
     }
+}
+
+/// What `partyflow vacuum` did to a SQLite database.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Vacuumed {
+    /// `PRAGMA auto_vacuum` before and after: 0 none, 1 full, 2 incremental.
+    pub auto_vacuum_before: i64,
+    pub auto_vacuum: i64,
+    /// The database's size (pages × page size) before and after.
+    pub bytes_before: i64,
+    pub bytes: i64,
+}
+
+/// Converts an existing SQLite database to `auto_vacuum = INCREMENTAL` and compacts it
+/// (`VACUUM`: rewrites the whole file, so the server must be stopped; it needs free disk
+/// space for a copy of the database). A database made by this version already is
+/// incremental; the `VACUUM` then only compacts it.
+pub async fn vacuum(pool: &RawPool) -> anyhow::Result<Vacuumed> {
+    let RawPool::Sqlite(pool) = pool else {
+        anyhow::bail!(
+            "vacuum converts a SQLite database; PostgreSQL's autovacuum reuses the space itself"
+        );
+    };
+    // One connection throughout: the setting and the VACUUM that applies it.
+    let mut conn = pool.acquire().await?;
+    let size = "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()";
+    let (auto_vacuum_before,): (i64,) = sqlx::query_as("PRAGMA auto_vacuum")
+        .fetch_one(&mut *conn)
+        .await?;
+    let (bytes_before,): (i64,) = sqlx::query_as(size).fetch_one(&mut *conn).await?;
+    sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("VACUUM").execute(&mut *conn).await?;
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut *conn)
+        .await?;
+    let (auto_vacuum,): (i64,) = sqlx::query_as("PRAGMA auto_vacuum")
+        .fetch_one(&mut *conn)
+        .await?;
+    let (bytes,): (i64,) = sqlx::query_as(size).fetch_one(&mut *conn).await?;
+    Ok(Vacuumed {
+        auto_vacuum_before,
+        auto_vacuum,
+        bytes_before,
+        bytes,
+    })
 }

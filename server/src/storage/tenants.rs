@@ -3,11 +3,13 @@
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
-use super::store::{convert_all, parse, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store};
+use super::store::{
+    convert_all, parse, parse_opt, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store,
+};
 use super::write::Durability;
 use super::*;
 
-pub(super) const SPACE: &str = "id, name, plan, created_at";
+pub(super) const SPACE: &str = "id, name, plan, created_at, retention";
 
 pub(super) const API_KEY: &str = "id, space_id, name, prefix, created_at, last_used_at, revoked_at";
 
@@ -26,6 +28,8 @@ pub trait TenantStore: Send + Sync + std::fmt::Debug {
     /// Every key of the space, oldest first (the console).
     async fn list_all_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>>;
     async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()>;
+    /// Sets the space's own retention (docs D10); `None` goes back to its plan's.
+    async fn set_space_retention(&self, id: SpaceId, retention: Option<Retention>) -> Result<()>;
 }
 
 #[async_trait]
@@ -44,11 +48,12 @@ where
 {
     async fn create_space(&self, s: &Space) -> Result<()> {
         let query =
-            sqlx::query("INSERT INTO spaces (id, name, plan, created_at) VALUES ($1, $2, $3, $4)")
+            sqlx::query("INSERT INTO spaces (id, name, plan, created_at, retention) VALUES ($1, $2, $3, $4, $5)")
                 .bind(s.id.to_string())
                 .bind(&s.name)
                 .bind(s.plan.as_str())
-                .bind(s.created_at);
+                .bind(s.created_at)
+                .bind(s.retention.map(|r| r.to_string()));
         self.execute(Durability::Full, query).await?;
         Ok(())
     }
@@ -127,6 +132,15 @@ where
         )
         .await
     }
+
+    async fn set_space_retention(&self, id: SpaceId, retention: Option<Retention>) -> Result<()> {
+        self.write_one(
+            sqlx::query("UPDATE spaces SET retention = $1 WHERE id = $2")
+                .bind(retention.map(|r| r.to_string()))
+                .bind(id.to_string()),
+        )
+        .await
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -135,6 +149,7 @@ pub(super) struct SpaceRow {
     name: String,
     plan: String,
     created_at: i64,
+    retention: Option<String>,
 }
 
 impl TryFrom<SpaceRow> for Space {
@@ -145,6 +160,7 @@ impl TryFrom<SpaceRow> for Space {
             name: r.name,
             plan: parse("spaces.plan", &r.plan)?,
             created_at: r.created_at,
+            retention: parse_opt("spaces.retention", r.retention)?,
         })
     }
 }

@@ -10,7 +10,7 @@ use server::domain::Role;
 use server::storage::UserChange;
 use server::testkit::{browser_like_client, spawn_app};
 
-const PASSWORD: &str = "correct horse battery";
+pub(crate) const PASSWORD: &str = "correct horse battery";
 
 async fn sign_in(
     client: &reqwest::Client,
@@ -118,7 +118,7 @@ on_both_backends! {
 
 /// Calls a console server function as the browser's JavaScript would (the answer is
 /// data, not a redirect): `(status, body)`.
-async fn call(
+pub(crate) async fn call(
     client: &reqwest::Client,
     base: &str,
     endpoint: &str,
@@ -157,14 +157,18 @@ fn pairs<'a>(form: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)>
 }
 
 /// A client signed in as `email`.
-async fn session(base: &str, email: &str) -> reqwest::Client {
+pub(crate) async fn session(base: &str, email: &str) -> reqwest::Client {
     let client = browser_like_client();
     let ok = sign_in(&client, base, email, PASSWORD).await;
     assert_eq!(ok.headers()["location"], "/", "{email} signs in");
     client
 }
 
-async fn user(db: &server::testkit::TestDb, email: &str, role: Role) -> server::domain::User {
+pub(crate) async fn user(
+    db: &server::testkit::TestDb,
+    email: &str,
+    role: Role,
+) -> server::domain::User {
     server::ops::tenants::create_user(db.storage.as_ref(), email, PASSWORD, role)
         .await
         .unwrap()

@@ -25,6 +25,7 @@ mod openapi;
 mod outage;
 mod replay;
 mod resend;
+mod retention;
 mod retry_after;
 mod sandbox;
 mod schedule;

@@ -74,6 +74,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/hooks/{webhook_id}/{token}"),
     ("get", "/v1/openapi.json"),
     ("get", "/v1/docs"),
+    ("get", "/v1/projects/{project}"),
+    ("patch", "/v1/projects/{project}"),
 ];
 
 async fn document(app: &TestApp) -> Value {

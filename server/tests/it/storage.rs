@@ -14,6 +14,7 @@ async fn space(store: &dyn Storage, plan: Plan) -> Space {
         name: "Acme".into(),
         plan,
         created_at: NOW,
+        retention: None,
     };
     store.create_space(&space).await.unwrap();
     space

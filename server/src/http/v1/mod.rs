@@ -21,6 +21,7 @@ pub mod incoming_webhooks;
 pub mod notifications;
 pub mod openapi;
 pub mod page;
+pub mod projects;
 pub mod views;
 
 pub fn router(max_body_bytes: usize) -> Router<AppState> {
@@ -36,6 +37,7 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .merge(api_keys::router())
         .merge(notifications::router())
         .merge(openapi::router())
+        .merge(projects::router())
         .fallback(super::error::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }

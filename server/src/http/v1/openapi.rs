@@ -24,7 +24,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToResponse, ToSchema};
 
 use super::{api_keys, bot, bots, channels, deliveries, destinations, event_types, events};
-use super::{incoming_webhooks, notifications};
+use super::{incoming_webhooks, notifications, projects};
 use crate::domain::*;
 use crate::http::error::ErrorBody;
 use crate::http::hooks;
@@ -105,6 +105,8 @@ pub fn router() -> Router<AppState> {
         hooks::receive,
         openapi_json,
         super::docs::page,
+        projects::read,
+        projects::update,
     ),
     components(
         schemas(ErrorBody),
@@ -140,6 +142,8 @@ pub fn router() -> Router<AppState> {
         (name = "Incoming webhook senders", description = "Called by senders, with the webhook's \
             URL (its token is in the path)."),
         (name = "Reference", description = "This document, as JSON and as a page."),
+        (name = "Projects", description = "The project itself: its plan and how long its \
+            finished deliveries, their attempts and events are kept (its retention)."),
     )
 )]
 struct ApiDoc;

@@ -1,0 +1,295 @@
+//! The retention task (docs D10): every `[retention] interval` it deletes what the
+//! product no longer keeps, in small batches with pauses so dispatch is never held up:
+//!
+//! - finished deliveries (succeeded, failed, cancelled) older than their space's
+//!   retention ([`retention_for`]: the space's own, else its plan's), their attempts
+//!   first, then the space's events with no delivery left (a waiting delivery keeps its
+//!   event, whatever its age);
+//! - read notifications older than the space's retention (the install's own, of no
+//!   space, after the longest plan retention);
+//! - idempotency keys after 24 hours, rate-limit rows of keys idle for longer than any
+//!   window (deleted destinations, webhooks and bots included), expired console
+//!   sessions (tower-sessions' table and the index `console_sessions`);
+//! - then, on SQLite, a bounded `PRAGMA incremental_vacuum` so the file stops growing.
+//!
+//! Each batch is one write transaction of at most [`Settings::batch`] rows through the
+//! storage's writer, with [`Settings::pause`] after it. Rows purged are counted in
+//! `partyflow_retention_purged_rows_total{table}`, and a run that purged anything logs
+//! one line with its counts.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::console::sessions::AnyStore;
+use crate::domain::{retention_for, PerPlan, Retention, UnixMs};
+use crate::storage::{self, Storage};
+
+/// How long an idempotency key is remembered (docs §5).
+pub const IDEMPOTENCY_KEY_MS: i64 = 24 * 3600 * 1000;
+
+/// A rate-limit key idle for longer than this is past every window (the longest, a
+/// destination's `per hour`, and a margin).
+pub const RATE_KEY_IDLE_MS: i64 = 2 * 3600 * 1000;
+
+/// What the task does and how fast (built by `config.rs` from `[retention]`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub per_plan: PerPlan<Retention>,
+    /// How often a run starts.
+    pub interval: Duration,
+    /// Rows per write transaction, at most.
+    pub batch: i64,
+    /// The pause after each batch, so the engine's claims and finishes interleave.
+    pub pause: Duration,
+    /// Free pages handed back by the `PRAGMA incremental_vacuum` after a run that purged
+    /// something (SQLite); pages left over are reused by new rows.
+    pub vacuum_pages: i64,
+    /// Audit entries are kept this long (the audit log's purge is added with it).
+    pub audit: Retention,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        let config = crate::config::RetentionConfig::default();
+        config.settings()
+    }
+}
+
+/// Rows one run deleted, per table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub deliveries: u64,
+    pub attempts: u64,
+    pub events: u64,
+    pub notifications: u64,
+    pub idempotency_keys: u64,
+    pub rate_limits: u64,
+    pub sessions: u64,
+}
+
+impl Purged {
+    /// Each table's count, by the name the metric and the log line use.
+    pub fn by_table(&self) -> [(&'static str, u64); 7] {
+        [
+            ("deliveries", self.deliveries),
+            ("attempts", self.attempts),
+            ("events", self.events),
+            ("notifications", self.notifications),
+            ("idempotency_keys", self.idempotency_keys),
+            ("rate_limits", self.rate_limits),
+            ("sessions", self.sessions),
+        ]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.by_table().iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// Runs a purge every `settings.interval` until `shutdown`; a run that fails is logged
+/// and tried again at the next interval.
+pub async fn run(
+    storage: Arc<dyn Storage>,
+    sessions: AnyStore,
+    settings: Settings,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(settings.interval) => {}
+        }
+        let started = std::time::Instant::now();
+        match purge(
+            storage.as_ref(),
+            &settings,
+            crate::clock::now_ms(),
+            &shutdown,
+        )
+        .await
+        {
+            Ok(purged) => report(&purged, started.elapsed()),
+            Err(e) => tracing::warn!(error = %e, "retention purge failed; trying again later"),
+        }
+        if let Err(e) = sessions.delete_expired_now().await {
+            tracing::warn!(error = %e, "deleting expired console sessions failed");
+        }
+    }
+}
+
+/// Counts the run in the metric and, when anything went, in one log line.
+fn report(purged: &Purged, took: Duration) {
+    for (table, n) in purged.by_table() {
+        if n > 0 {
+            metrics::counter!("partyflow_retention_purged_rows_total", "table" => table)
+                .increment(n);
+        }
+    }
+    if purged.total() > 0 {
+        tracing::info!(
+            deliveries = purged.deliveries,
+            attempts = purged.attempts,
+            events = purged.events,
+            notifications = purged.notifications,
+            idempotency_keys = purged.idempotency_keys,
+            rate_limits = purged.rate_limits,
+            sessions = purged.sessions,
+            took_ms = took.as_millis() as u64,
+            "retention purge"
+        );
+    }
+}
+
+/// One run: every space's old finished deliveries, attempts, events and read
+/// notifications, then the install-wide rows, then the free pages. Stops between
+/// batches when `shutdown` is cancelled.
+pub async fn purge(
+    storage: &dyn Storage,
+    settings: &Settings,
+    now: UnixMs,
+    shutdown: &CancellationToken,
+) -> storage::Result<Purged> {
+    let mut purged = Purged::default();
+    let batch = settings.batch.max(1);
+    let pause = || tokio::time::sleep(settings.pause);
+    for space in storage.list_all_spaces().await? {
+        let before = retention_for(space.retention, space.plan, &settings.per_plan).cutoff(now);
+        // Finished deliveries, a batch at a time: their attempts, then themselves.
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(purged);
+            }
+            let ids = storage
+                .finished_deliveries_before(space.id, before, batch)
+                .await?;
+            if ids.is_empty() {
+                break;
+            }
+            loop {
+                let n = storage.purge_attempts(&ids, batch).await?;
+                purged.attempts += n;
+                pause().await;
+                if n < batch as u64 {
+                    break;
+                }
+            }
+            let n = storage.purge_deliveries(&ids).await?;
+            purged.deliveries += n;
+            pause().await;
+            if n == 0 {
+                // Nothing it could delete (cannot happen: finished is final); never spin.
+                break;
+            }
+        }
+        // Events no delivery needs any more.
+        let mut after = None;
+        loop {
+            if shutdown.is_cancelled() {
+                return Ok(purged);
+            }
+            let (n, next) = storage.purge_events(space.id, before, after, batch).await?;
+            purged.events += n;
+            if n > 0 {
+                pause().await;
+            }
+            match next {
+                Some(next) => after = Some(next),
+                None => break,
+            }
+        }
+        purged.notifications += drain(batch, pause, || {
+            storage.purge_read_notifications(Some(space.id), before, batch)
+        })
+        .await?;
+    }
+    let longest = [
+        settings.per_plan.free,
+        settings.per_plan.pro,
+        settings.per_plan.enterprise,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(Retention::MAX);
+    purged.notifications += drain(batch, pause, || {
+        storage.purge_read_notifications(None, longest.cutoff(now), batch)
+    })
+    .await?;
+    purged.idempotency_keys += drain(batch, pause, || {
+        storage.purge_idempotency_keys(now - IDEMPOTENCY_KEY_MS, batch)
+    })
+    .await?;
+    let mut after = None;
+    loop {
+        let (n, next) = storage
+            .purge_rate_rows(now - RATE_KEY_IDLE_MS, after, batch)
+            .await?;
+        purged.rate_limits += n;
+        match next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+        pause().await;
+    }
+    purged.sessions += drain(batch, pause, || storage.purge_console_sessions(now, batch)).await?;
+
+    // AUDIT (lead, with issue 13 item 3): purge audit entries created before
+    // `settings.audit.cutoff(now)` here, in batches of `batch` like the rows above, and
+    // count them in `purged` (a field `audit_entries`, table "audit_log").
+
+    if purged.total() > 0 {
+        storage.reclaim_free_pages(settings.vacuum_pages).await?;
+    }
+    Ok(purged)
+}
+
+/// Calls `step` (one batch) until it deletes fewer than `batch` rows, pausing after each
+/// full batch; the rows deleted.
+async fn drain<F, Fut, P, PF>(batch: i64, pause: P, mut step: F) -> storage::Result<u64>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = storage::Result<u64>>,
+    P: Fn() -> PF,
+    PF: std::future::Future<Output = ()>,
+{
+    let mut total = 0;
+    loop {
+        let n = step().await?;
+        total += n;
+        if n < batch as u64 {
+            return Ok(total);
+        }
+        pause().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_counts_each_table_under_its_name() {
+        let purged = Purged {
+            deliveries: 3,
+            attempts: 4,
+            events: 2,
+            sessions: 1,
+            ..Purged::default()
+        };
+        assert_eq!(purged.total(), 10);
+        let tables: Vec<_> = purged.by_table().iter().map(|(t, _)| *t).collect();
+        assert_eq!(
+            tables,
+            [
+                "deliveries",
+                "attempts",
+                "events",
+                "notifications",
+                "idempotency_keys",
+                "rate_limits",
+                "sessions"
+            ]
+        );
+    }
+}
