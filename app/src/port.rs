@@ -2,7 +2,7 @@
 //! [`SessionPort`] (sign-in, first run), [`ReadPort`], [`OverviewPort`], [`BulkPort`]
 //! (send again, cancel, mark read), [`AdminPort`] (spaces, credentials, statuses),
 //! [`SettingsPort`] (the destination form, test events), [`UserPort`] and
-//! [`CatalogPort`] (the event-type catalog). The server
+//! [`CatalogPort`] (the event-type catalog), [`AuditPort`] (the audit log). The server
 //! implements each one in its console module of that area; [`ConsoleBackend`] is all of
 //! them, provided as [`SharedBackend`] in the Leptos context of every request.
 //!
@@ -179,6 +179,13 @@ pub trait CatalogPort: Send + Sync {
     async fn save_event_type(&self, actor: &SessionUser, form: &CatalogForm) -> R<Notice>;
 }
 
+/// The audit log: admins read every entry, support staff only their own (the server
+/// decides, whatever the query asks).
+#[async_trait::async_trait]
+pub trait AuditPort: Send + Sync {
+    async fn audit_log(&self, actor: &SessionUser, query: &AuditQuery) -> R<AuditPage>;
+}
+
 /// Every area of the console at once: what the server provides in the Leptos context.
 /// Implemented for anything that implements every port; server functions call each
 /// area's methods on it.
@@ -191,6 +198,7 @@ pub trait ConsoleBackend:
     + SettingsPort
     + UserPort
     + CatalogPort
+    + AuditPort
     + 'static
 {
 }
@@ -204,6 +212,7 @@ impl<T> ConsoleBackend for T where
         + SettingsPort
         + UserPort
         + CatalogPort
+        + AuditPort
         + 'static
 {
 }

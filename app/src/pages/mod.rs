@@ -2,6 +2,7 @@
 
 use leptos::prelude::*;
 
+pub mod audit;
 pub mod bulk;
 pub mod deliveries;
 pub mod delivery;

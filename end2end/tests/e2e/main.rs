@@ -4,6 +4,7 @@
 //! (`end2end/src/`); `./dev test` builds the console's wasm into `site/pkg` first.
 
 mod admin;
+mod audit;
 mod catalog;
 mod deliveries;
 mod first_run;

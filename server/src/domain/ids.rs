@@ -109,6 +109,7 @@ id_type!(ApiKeyId, "key", "API key");
 id_type!(UserId, "usr", "user");
 id_type!(NotificationId, "ntf", "notification");
 id_type!(EventTypeId, "ety", "event type");
+id_type!(AuditId, "aud", "audit entry");
 
 impl EventId {
     /// A fresh event ID, greater than every one this process made before, even within

@@ -17,8 +17,10 @@
 //! - [`event_types`]: the event-type catalog, and payloads checked against its schemas.
 //! - [`replay`]: which failed deliveries a resend of all failed (and its preview) takes;
 //! - [`headers`]: a destination's own request headers (names, limits, merging, masking);
-//! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out).
+//! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out);
+//! - [`audit`]: who made a change and its audit entry; when a key's use is written.
 
+pub mod audit;
 pub mod credentials;
 pub mod destinations;
 pub mod event_types;

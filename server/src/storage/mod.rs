@@ -21,6 +21,7 @@
 //! | `users.rs`         | [`UserStore`]         | sign-in, user management, the session index    |
 //! | `notifications.rs` | [`NotificationStore`] | the console, the REST API                      |
 //! | `stats.rs`         | [`ConsoleStats`]      | the console's overview and counters            |
+//! | `audit.rs`         | [`AuditStore`]        | the REST API, the console (writes: `audit_in`) |
 //!
 //! [`Storage`] combines them for the server's state; [`TestStorage`] adds what only tests
 //! and the benchmark use. Every write goes through `write.rs` ([`write::Writes`]: the
@@ -44,6 +45,7 @@ use async_trait::async_trait;
 
 use crate::domain::*;
 
+mod audit;
 mod channels;
 mod deliveries;
 mod destinations;
@@ -63,6 +65,7 @@ pub mod testing;
 mod users;
 pub mod write;
 
+pub use audit::{AuditFilter, AuditStore};
 pub use channels::ChannelStore;
 pub use deliveries::DeliveryStore;
 pub use destinations::DestinationStore;
@@ -390,6 +393,7 @@ pub trait Storage:
     + UserStore
     + NotificationStore
     + ConsoleStats
+    + AuditStore
     + std::fmt::Debug
     + 'static
 {

@@ -3,6 +3,7 @@
 //! started one (`PARTYFLOW_TEST_POSTGRES_URL`), PostgreSQL.
 
 mod api;
+mod audit;
 mod bots;
 mod cli;
 mod console;
