@@ -60,7 +60,7 @@ async fn admins_read_and_filter_everyones_changes_and_support_staff_only_their_o
     let event = server
         .api(
             "/events",
-            json!({"type": "t", "payload": {}, "deliverAt": "2100-01-01T00:00:00Z"}),
+            json!({"type": "t", "payload": {}, "deliverAt": server::clock::rfc3339(server::clock::now_ms() + 86_400_000)}),
         )
         .await;
     let event: server::domain::EventId = event["id"].as_str().unwrap().parse().unwrap();
