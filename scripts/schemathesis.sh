@@ -173,6 +173,8 @@ exceptions = {
         # A cursor is valid only if this listing gave it (422 `invalid_cursor` otherwise).
         ["listDestinations", "listEvents", "listDeliveries", "listChannels", "listChannelMessages",
          "listIncomingWebhooks", "listBots", "listApiKeys", "listNotifications", "listEventTypes"]
+        # The same, and `since`/`until` must read as times (RFC 3339 or Unix ms).
+        + ["listAuditLog"]
         # `transformation` must compile as jq, `retryPolicy.initialMs` may not exceed `maxMs`.
         + ["createDestination", "updateDestination"]
         # `channelId` must be a channel of the project.

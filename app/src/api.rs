@@ -96,6 +96,13 @@ pub async fn list_notifications(
         .await
 }
 
+/// The audit log: every entry for admins, one's own for support staff (the backend decides).
+#[server(endpoint = "audit_log")]
+pub async fn list_audit_log(query: AuditQuery) -> Result<AuditPage, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.audit_log(&user, &query).await
+}
+
 #[server(endpoint = "space")]
 pub async fn get_space(id: String) -> Result<SpaceDetail, ConsoleError> {
     let user = crate::guard::signed_in().await?;

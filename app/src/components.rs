@@ -162,6 +162,7 @@ fn MainNav(unread: Resource<Result<i64, ConsoleError>>) -> impl IntoView {
                 "Notifications"
                 <Transition fallback=|| ()>{badge}</Transition>
             </A>
+            <A href="/audit-log">"Audit log"</A>
             <Transition fallback=|| ()>{admin_links}</Transition>
         </nav>
     }

@@ -46,7 +46,14 @@ pub async fn signed_in() -> Result<SessionUser, ConsoleError> {
 /// browser says it comes from another site.
 pub async fn for_change() -> Result<SessionUser, ConsoleError> {
     check_same_origin(&headers().await?)?;
-    signed_in().await
+    let mut user = signed_in().await?;
+    // The TCP peer (the server serves with connect info), never a forwarded header:
+    // what the audit log records as the change's source.
+    user.source = leptos_axum::extract::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .await
+        .ok()
+        .map(|axum::extract::ConnectInfo(peer)| peer.ip());
+    Ok(user)
 }
 
 /// Refuses a request whose `Origin` (or, without one, `Referer`) names a host other

@@ -83,6 +83,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("spaces/:id") view=pages::spaces::SpacePage/>
                     <Route path=path!("users") view=pages::users::UsersPage/>
                     <Route path=path!("alerts") view=pages::alerts::AlertsPage/>
+                    <Route path=path!("audit-log") view=pages::audit::AuditPage/>
                 </ParentRoute>
             </Routes>
         </Router>

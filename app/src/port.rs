@@ -2,7 +2,7 @@
 //! [`SessionPort`] (sign-in, first run), [`ReadPort`], [`OverviewPort`], [`BulkPort`]
 //! (send again, cancel, mark read), [`AdminPort`] (spaces, credentials, statuses),
 //! [`SettingsPort`] (the destination form, test events), [`UserPort`] and
-//! [`CatalogPort`] (the event-type catalog). The server
+//! [`CatalogPort`] (the event-type catalog), [`AuditPort`] (the audit log). The server
 //! implements each one in its console module of that area; [`ConsoleBackend`] is all of
 //! them, provided as [`SharedBackend`] in the Leptos context of every request.
 //!
@@ -209,6 +209,13 @@ pub trait AlertPort: Send + Sync {
     async fn send_test_alert(&self, actor: &SessionUser, space: &str) -> R<Notice>;
 }
 
+/// The audit log: admins read every entry, support staff only their own (the server
+/// decides, whatever the query asks).
+#[async_trait::async_trait]
+pub trait AuditPort: Send + Sync {
+    async fn audit_log(&self, actor: &SessionUser, query: &AuditQuery) -> R<AuditPage>;
+}
+
 /// Every area of the console at once: what the server provides in the Leptos context.
 /// Implemented for anything that implements every port; server functions call each
 /// area's methods on it.
@@ -222,6 +229,7 @@ pub trait ConsoleBackend:
     + UserPort
     + CatalogPort
     + AlertPort
+    + AuditPort
     + 'static
 {
 }
@@ -236,6 +244,7 @@ impl<T> ConsoleBackend for T where
         + UserPort
         + CatalogPort
         + AlertPort
+        + AuditPort
         + 'static
 {
 }

@@ -34,6 +34,10 @@ pub struct SessionUser {
     pub id: String,
     pub email: String,
     pub role: Role,
+    /// The request's TCP peer address, for the audit log (set by the server for changes;
+    /// never sent to or taken from the browser).
+    #[serde(skip)]
+    pub source: Option<std::net::IpAddr>,
 }
 
 impl SessionUser {
@@ -703,4 +707,80 @@ pub struct FailedMailView {
     pub error: String,
     pub attempts: i64,
     pub created_at: i64,
+}
+
+/// The audit log page's filters, as in its URL (`?actor=usr_…&action=…`). Empty
+/// strings mean "any". Support staff see only their own entries whatever `actor` says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditQuery {
+    /// A user's ID.
+    #[serde(default)]
+    pub actor: String,
+    /// e.g. `destination.update`.
+    #[serde(default)]
+    pub action: String,
+    #[serde(default)]
+    pub space: String,
+    /// `YYYY-MM-DDTHH:MM` in UTC (what `<input type=datetime-local>` sends).
+    #[serde(default)]
+    pub since: String,
+    #[serde(default)]
+    pub until: String,
+    /// Keyset cursor: only entries older than this ID.
+    #[serde(default)]
+    pub before: String,
+}
+
+impl AuditQuery {
+    /// The filter fields (not the cursor) as `(name, value)` pairs, skipping empty ones.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        [
+            ("actor", &self.actor),
+            ("action", &self.action),
+            ("space", &self.space),
+            ("since", &self.since),
+            ("until", &self.until),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.trim().is_empty())
+        .map(|(k, v)| (k, v.trim().to_owned()))
+        .collect()
+    }
+}
+
+/// One entry of the audit log, as the console shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRow {
+    pub id: String,
+    pub created_at: i64,
+    /// `user` or `api_key`.
+    pub actor_kind: String,
+    pub actor_id: String,
+    /// The user's email or the key's ID.
+    pub actor_label: String,
+    pub role: Option<String>,
+    pub action: String,
+    pub space_id: Option<String>,
+    pub space_name: Option<String>,
+    pub target_kind: String,
+    pub target_id: String,
+    /// The entry's detail, as compact JSON (empty when there is none).
+    pub detail: String,
+    pub source: Option<String>,
+}
+
+/// A page of the audit log, with the filters' choices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditPage {
+    pub rows: Vec<AuditRow>,
+    /// Pass as `before` for the next (older) page.
+    pub next_cursor: Option<String>,
+    /// The people to filter by (admins only; empty for support staff).
+    pub people: Vec<Choice>,
+    pub spaces: Vec<Choice>,
+    pub actions: Vec<String>,
+    /// Only the reader's own entries are shown (support staff).
+    pub own_only: bool,
+    /// A refused filter value, said in words (the table is then empty).
+    pub filter_error: Option<String>,
 }

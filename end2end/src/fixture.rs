@@ -174,7 +174,7 @@ pub async fn incoming_webhook(server: &Server, name: &str) -> IncomingWebhookId 
         name: format!("ch-{name}"),
         created_at: now,
     };
-    server.storage.create_channel(&channel).await.unwrap();
+    server.storage.create_channel(&channel, None).await.unwrap();
     let hook = IncomingWebhook {
         id: IncomingWebhookId::new(),
         space_id: server.space,
@@ -190,6 +190,10 @@ pub async fn incoming_webhook(server: &Server, name: &str) -> IncomingWebhookId 
         updated_at: now,
         disabled_at: None,
     };
-    server.storage.create_incoming_webhook(&hook).await.unwrap();
+    server
+        .storage
+        .create_incoming_webhook(&hook, None)
+        .await
+        .unwrap();
     hook.id
 }

@@ -115,6 +115,7 @@ pub async fn run(
         config: shared_config,
         public_url: public_url.clone(),
         schemas,
+        key_use: crate::ops::audit::KeyUse::default(),
     };
     let session_layer = SessionManagerLayer::new(sessions)
         .with_name("partyflow_session")

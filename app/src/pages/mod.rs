@@ -3,6 +3,7 @@
 use leptos::prelude::*;
 
 pub mod alerts;
+pub mod audit;
 pub mod bulk;
 pub mod deliveries;
 pub mod delivery;

@@ -5,6 +5,7 @@
 
 mod admin;
 mod alerts;
+mod audit;
 mod catalog;
 mod deliveries;
 mod first_run;

@@ -405,7 +405,7 @@ async fn api_keys_are_revoked_only_after_a_confirmation_with_and_without_javascr
         server::ops::credentials::new_api_key(server.space, "ci", server::clock::now_ms()).unwrap();
     server
         .storage
-        .create_api_key(&record, &minted.hash)
+        .create_api_key(&record, &minted.hash, None)
         .await
         .unwrap();
     let key = minted.secret;

@@ -47,13 +47,20 @@ async fn support_staff_cannot_re_enable_or_manage_users_and_the_server_refuses_i
             DestinationStatus::Inactive,
             Some("switched off for the test"),
             now,
+            None,
         )
         .await
         .unwrap();
     let hook = incoming_webhook(&server, "intake").await;
     server
         .storage
-        .set_incoming_webhook_status(server.space, hook, IncomingWebhookStatus::Disabled, now)
+        .set_incoming_webhook_status(
+            server.space,
+            hook,
+            IncomingWebhookStatus::Disabled,
+            now,
+            None,
+        )
         .await
         .unwrap();
 

@@ -189,7 +189,10 @@ impl Bench {
     async fn delete_destinations(&self) {
         let space = self.space.parse().unwrap();
         for d in self.storage.list_all_destinations(space).await.unwrap() {
-            self.storage.delete_destination(space, d.id).await.unwrap();
+            self.storage
+                .delete_destination(space, d.id, None)
+                .await
+                .unwrap();
         }
     }
 
@@ -644,7 +647,7 @@ async fn bench() -> anyhow::Result<()> {
                 ordering: server::domain::DeliveryOrdering::Unordered,
                 headers: server::domain::CustomHeaders::default(),
             };
-            storage.create_destination(&d).await?;
+            storage.create_destination(&d, None).await?;
         }
         // What autovacuum does on PostgreSQL within a minute of a bulk change: fresh
         // statistics, so the planner knows the destinations table is no longer empty.

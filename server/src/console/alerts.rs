@@ -7,7 +7,7 @@ use app::port::{AlertPort, SettingsPort};
 use app::types::*;
 
 use super::manage::invalid;
-use super::{internal, parse_id, require_role, storage_error, Backend};
+use super::{audit_entry, internal, parse_id, require_role, storage_error, Backend};
 use crate::alerts::{check_address, SLACK_TRANSFORMATION, TEST_KIND};
 use crate::clock::now_ms;
 use crate::domain::Role;
@@ -102,8 +102,16 @@ impl AlertPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space = self.optional_space(space).await?;
+        let space_id = space.as_ref().map(|s| s.id);
+        let entry = audit_entry(
+            actor,
+            AuditAction::AlertSpaceSet,
+            space_id,
+            space_id.map(|s| s.to_string()).unwrap_or_default(),
+            serde_json::json!({ "space": space_id.map(|s| s.to_string()) }),
+        );
         self.storage
-            .set_alert_space(space.as_ref().map(|s| s.id))
+            .set_alert_space(space_id, Some(&entry))
             .await
             .map_err(internal)?;
         tracing::info!(user.id = %actor.id, space.id = ?space.as_ref().map(|s| s.id), "console: alert space set");
@@ -173,8 +181,15 @@ impl AlertPort for Backend {
             address: address.clone(),
             created_at: now_ms(),
         };
+        let entry = audit_entry(
+            actor,
+            AuditAction::AlertEmailAdd,
+            email.space_id,
+            email.id,
+            serde_json::json!({ "address": email.address }),
+        );
         self.storage
-            .add_alert_email(&email)
+            .add_alert_email(&email, Some(&entry))
             .await
             .map_err(|e| match e {
                 crate::storage::StorageError::Conflict(_) => {
@@ -196,8 +211,15 @@ impl AlertPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let id: AlertEmailId = parse_id(id, "alert address")?;
+        let entry = audit_entry(
+            actor,
+            AuditAction::AlertEmailRemove,
+            None,
+            id,
+            serde_json::Value::Null,
+        );
         self.storage
-            .remove_alert_email(id)
+            .remove_alert_email(id, Some(&entry))
             .await
             .map_err(|e| storage_error(e, "alert address"))?;
         tracing::info!(user.id = %actor.id, "console: alert address removed");
@@ -224,8 +246,15 @@ impl AlertPort for Backend {
             created_at: now_ms(),
             read_at: None,
         };
+        let entry = audit_entry(
+            actor,
+            AuditAction::AlertTest,
+            notification.space_id,
+            notification.id,
+            serde_json::Value::Null,
+        );
         self.storage
-            .create_alert_test(&notification)
+            .create_alert_test(&notification, Some(&entry))
             .await
             .map_err(internal)?;
         Ok(Notice::new(

@@ -14,8 +14,10 @@ use super::{internal, parse_id, refused, require_role, storage_error, Backend};
 use crate::clock::now_ms;
 use crate::domain::Role;
 use crate::domain::*;
+use crate::ops::audit;
 use crate::ops::replay::{self, Replay};
 use crate::storage::{BulkOutcome, DeliveryFilter, Page};
+use serde_json::Value;
 
 /// Deliveries per storage call (and transaction).
 pub const CHUNK: usize = 100;
@@ -127,11 +129,14 @@ impl Backend {
         Ok((d, filter))
     }
 
-    /// Applies `op` to deliveries (of any spaces), chunk by chunk, adding to `t`.
+    /// Applies `op` to deliveries (of any spaces), chunk by chunk, adding to `t`; each
+    /// chunk's transaction records `actor`'s entry with its count and `filter` (docs D14).
     async fn apply(
         &self,
+        actor: &SessionUser,
         op: Op,
         deliveries: &[(DeliveryId, SpaceId)],
+        filter: &serde_json::Value,
         t: &mut BulkTotals,
     ) -> Result<(), ConsoleError> {
         let mut spaces: Vec<SpaceId> = deliveries.iter().map(|(_, s)| *s).collect();
@@ -144,9 +149,24 @@ impl Backend {
                 .filter(|(_, s)| *s == space)
                 .map(|(d, _)| *d)
                 .collect();
+            let action = match op {
+                Op::Resend => AuditAction::DeliveriesResend,
+                Op::Cancel => AuditAction::DeliveriesCancel,
+            };
+            let detail = audit::bulk_detail(0, filter.clone());
+            let entry = super::audit_entry(actor, action, Some(space), "", detail);
+            let entry = Some(&entry);
             let outcomes = match op {
-                Op::Resend => self.storage.resend_deliveries(space, &ids, now).await,
-                Op::Cancel => self.storage.cancel_deliveries(space, &ids, now).await,
+                Op::Resend => {
+                    self.storage
+                        .resend_deliveries(space, &ids, now, entry)
+                        .await
+                }
+                Op::Cancel => {
+                    self.storage
+                        .cancel_deliveries(space, &ids, now, entry)
+                        .await
+                }
             }
             .map_err(internal)?;
             for (_, outcome) in outcomes {
@@ -207,6 +227,7 @@ impl BulkPort for Backend {
         let deadline = Instant::now() + ROUND;
         let next = if s.all {
             let filter = filter_of(&s.filter, now_ms()).map_err(ConsoleError::Invalid)?;
+            let described = audit::delivery_filter_detail(&filter);
             // The walk goes from newest to oldest below the cursor, so the copies a resend
             // makes (newer than everything) are never visited again.
             let mut before = cursor
@@ -228,7 +249,8 @@ impl BulkPort for Backend {
                 let Some(last) = rows.last() else { break None };
                 before = Some(last.id);
                 let pairs: Vec<_> = rows.iter().map(|d| (d.id, d.space_id)).collect();
-                self.apply(op, &pairs, &mut totals).await?;
+                self.apply(actor, op, &pairs, &described, &mut totals)
+                    .await?;
                 if rows.len() < CHUNK {
                     break None;
                 }
@@ -256,7 +278,10 @@ impl BulkPort for Backend {
                         Err(e) => return Err(internal(e)),
                     }
                 }
-                self.apply(op, &pairs, &mut totals).await?;
+                let asked: Vec<String> = chunk.iter().map(ToString::to_string).collect();
+                let described = serde_json::json!({ "ids": asked });
+                self.apply(actor, op, &pairs, &described, &mut totals)
+                    .await?;
                 offset += chunk.len();
                 if offset >= ids.len() {
                     break None;
@@ -290,9 +315,17 @@ impl BulkPort for Backend {
         let deadline = Instant::now() + ROUND * 2;
         let mut resent = 0;
         let remaining = loop {
+            // One entry per batch (each its own transaction), with the batch's count.
+            let entry = super::audit_entry(
+                actor,
+                AuditAction::DeliveriesResendFailed,
+                Some(d.space_id),
+                d.id,
+                audit::bulk_detail(0, audit::delivery_filter_detail(&filter)),
+            );
             let r = self
                 .storage
-                .resend_failed(&filter, RESEND_FAILED_BATCH, now_ms())
+                .resend_failed(&filter, RESEND_FAILED_BATCH, now_ms(), Some(&entry))
                 .await
                 .map_err(internal)?;
             resent += r.resent;
@@ -346,8 +379,10 @@ impl BulkPort for Backend {
         let now = now_ms();
         if let Some(id) = id {
             let id: NotificationId = parse_id(id, "notification")?;
+            let entry =
+                super::audit_entry(actor, AuditAction::NotificationRead, None, id, Value::Null);
             self.storage
-                .mark_notification_read(id, now)
+                .mark_notification_read(id, now, Some(&entry))
                 .await
                 .map_err(|e| storage_error(e, "notification"))?;
             return Ok(Notice::new("Marked read."));
@@ -364,8 +399,16 @@ impl BulkPort for Backend {
                 break;
             }
             for n in &unread {
+                let detail = serde_json::json!({ "all": true });
+                let entry = super::audit_entry(
+                    actor,
+                    AuditAction::NotificationRead,
+                    n.space_id,
+                    n.id,
+                    detail,
+                );
                 self.storage
-                    .mark_notification_read(n.id, now)
+                    .mark_notification_read(n.id, now, Some(&entry))
                     .await
                     .map_err(internal)?;
             }

@@ -95,8 +95,16 @@ impl CatalogPort for Backend {
                 deprecated: Some(f.deprecated),
             };
             event_types::apply(&mut t, changes, now_ms()).map_err(refused)?;
+            let detail = serde_json::json!({ "name": t.name });
+            let entry = super::audit_entry(
+                actor,
+                AuditAction::EventTypeUpdate,
+                Some(space),
+                t.id,
+                detail,
+            );
             self.storage
-                .update_event_type(&t)
+                .update_event_type(&t, Some(&entry))
                 .await
                 .map_err(|e| storage_error(e, "event type"))?;
             return Ok(Notice::new(format!("Saved event type {}.", t.name)));
@@ -109,7 +117,15 @@ impl CatalogPort for Backend {
             deprecated: Some(f.deprecated),
         };
         let t = event_types::create(space, new, now_ms()).map_err(refused)?;
-        match self.storage.create_event_type(&t).await {
+        let detail = serde_json::json!({ "name": t.name });
+        let entry = super::audit_entry(
+            actor,
+            AuditAction::EventTypeCreate,
+            Some(space),
+            t.id,
+            detail,
+        );
+        match self.storage.create_event_type(&t, Some(&entry)).await {
             Ok(()) => Ok(Notice::new(format!(
                 "Added event type {} to the catalog.",
                 t.name

@@ -7,7 +7,11 @@ use app::error::ConsoleError;
 use app::port::AdminPort;
 use app::types::*;
 
-use super::{internal, parse_id, refused, require_role, storage_error, views, Backend};
+use serde_json::{json, Value};
+
+use super::{
+    audit_entry, author, internal, parse_id, refused, require_role, storage_error, views, Backend,
+};
 use crate::clock::now_ms;
 use crate::domain::Role;
 use crate::domain::*;
@@ -44,8 +48,21 @@ impl AdminPort for Backend {
                 Some(format!("disabled in the console by {}", actor.email)),
             )
         };
+        let action = if active {
+            AuditAction::DestinationEnable
+        } else {
+            AuditAction::DestinationDisable
+        };
+        let entry = audit_entry(actor, action, Some(d.space_id), d.id, Value::Null);
         self.storage
-            .set_destination_status(d.space_id, d.id, status, reason.as_deref(), now_ms())
+            .set_destination_status(
+                d.space_id,
+                d.id,
+                status,
+                reason.as_deref(),
+                now_ms(),
+                Some(&entry),
+            )
             .await
             .map_err(|e| storage_error(e, "destination"))?;
         tracing::info!(destination.id = %d.id, user.id = %actor.id, active, "console: destination status changed");
@@ -72,8 +89,15 @@ impl AdminPort for Backend {
             .await
             .map_err(|e| storage_error(e, "destination"))?;
         crate::ops::destinations::rotate_secret(&mut d, now_ms());
+        let entry = audit_entry(
+            actor,
+            AuditAction::DestinationRotateSecret,
+            Some(d.space_id),
+            d.id,
+            Value::Null,
+        );
         self.storage
-            .update_destination(&d)
+            .update_destination(&d, Some(&entry))
             .await
             .map_err(|e| storage_error(e, "destination"))?;
         Ok(
@@ -100,8 +124,14 @@ impl AdminPort for Backend {
         } else {
             IncomingWebhookStatus::Disabled
         };
+        let action = if active {
+            AuditAction::IncomingWebhookEnable
+        } else {
+            AuditAction::IncomingWebhookDisable
+        };
+        let entry = audit_entry(actor, action, Some(w.space_id), w.id, Value::Null);
         self.storage
-            .set_incoming_webhook_status(w.space_id, w.id, status, now_ms())
+            .set_incoming_webhook_status(w.space_id, w.id, status, now_ms(), Some(&entry))
             .await
             .map_err(|e| storage_error(e, "incoming webhook"))?;
         Ok(Notice::new(if active {
@@ -146,8 +176,15 @@ impl AdminPort for Backend {
             updated_at: now,
             disabled_at: None,
         };
+        let entry = audit_entry(
+            actor,
+            AuditAction::IncomingWebhookCreate,
+            Some(w.space_id),
+            w.id,
+            json!({ "name": w.name, "channelId": w.channel_id.to_string() }),
+        );
         self.storage
-            .create_incoming_webhook(&w)
+            .create_incoming_webhook(&w, Some(&entry))
             .await
             .map_err(|e| storage_error(e, "incoming webhook"))?;
         Ok(Notice::new(format!(
@@ -223,9 +260,10 @@ impl AdminPort for Backend {
             .trim()
             .parse()
             .map_err(|e: InvalidValue| invalid(e.to_string()))?;
-        let created = tenants::create_space(self.storage.as_ref(), name_, plan)
-            .await
-            .map_err(refused)?;
+        let created =
+            tenants::create_space_as(self.storage.as_ref(), name_, plan, Some(&author(actor)))
+                .await
+                .map_err(refused)?;
         Ok(Notice::new(format!(
             "Created the space {} ({} plan) with a first API key.",
             created.space.name,
@@ -251,7 +289,14 @@ impl AdminPort for Backend {
             name,
             created_at: now_ms(),
         };
-        match self.storage.create_channel(&channel).await {
+        let entry = audit_entry(
+            actor,
+            AuditAction::ChannelCreate,
+            Some(space_id),
+            channel.id,
+            Value::Null,
+        );
+        match self.storage.create_channel(&channel, Some(&entry)).await {
             Ok(()) => Ok(Notice::new(format!(
                 "Created the channel #{}.",
                 channel.name
@@ -273,8 +318,15 @@ impl AdminPort for Backend {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let (bot, minted) = credentials::new_bot(space_id, name_, now_ms()).map_err(refused)?;
+        let entry = audit_entry(
+            actor,
+            AuditAction::BotCreate,
+            Some(space_id),
+            bot.id,
+            json!({ "name": bot.name }),
+        );
         self.storage
-            .create_bot(&bot)
+            .create_bot(&bot, Some(&entry))
             .await
             .map_err(|e| storage_error(e, "bot"))?;
         Ok(Notice::new(format!("Created the bot {}.", bot.name))
@@ -289,7 +341,8 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        credentials::revoke_bot(self.storage.as_ref(), space_id, id.trim(), now_ms())
+        let by = author(actor);
+        credentials::revoke_bot(self.storage.as_ref(), space_id, id.trim(), now_ms(), &by)
             .await
             .map_err(refused)?;
         Ok(Notice::new("Revoked the bot's token."))
@@ -303,12 +356,19 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        let (record, minted) =
-            credentials::new_api_key(space_id, name_, now_ms()).map_err(refused)?;
-        self.storage
-            .create_api_key(&record, &minted.hash)
-            .await
-            .map_err(|e| storage_error(e, "space"))?;
+        let by = author(actor);
+        let (record, minted) = credentials::create_api_key(
+            self.storage.as_ref(),
+            space_id,
+            name_,
+            now_ms(),
+            Some(&by),
+        )
+        .await
+        .map_err(|e| match e {
+            crate::ops::OpsError::Storage(e) => storage_error(e, "space"),
+            other => refused(other),
+        })?;
         Ok(Notice::new(format!("Created the API key {}.", record.name))
             .with_secret("API key", minted.secret))
     }
@@ -321,7 +381,8 @@ impl AdminPort for Backend {
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
-        credentials::revoke_api_key(self.storage.as_ref(), space_id, id.trim(), now_ms())
+        let by = author(actor);
+        credentials::revoke_api_key(self.storage.as_ref(), space_id, id.trim(), now_ms(), &by)
             .await
             .map_err(refused)?;
         Ok(Notice::new(
@@ -341,7 +402,8 @@ impl AdminPort for Backend {
             .trim()
             .parse()
             .map_err(|e: InvalidValue| invalid(e.to_string()))?;
-        let user = tenants::create_user(self.storage.as_ref(), email, password, role)
+        let by = author(actor);
+        let user = tenants::create_user_as(self.storage.as_ref(), email, password, role, Some(&by))
             .await
             .map_err(refused)?;
         Ok(Notice::new(format!(
@@ -360,7 +422,7 @@ impl AdminPort for Backend {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let chosen = crate::ops::retention::parse_optional(retention).map_err(refused)?;
-        let space = crate::ops::retention::set(self.storage.as_ref(), space_id, chosen)
+        let space = crate::ops::retention::set(self.storage.as_ref(), space_id, chosen, &author(actor))
             .await
             .map_err(refused)?;
         let effective = crate::ops::retention::effective(&space, &self.config.retention.per_plan());

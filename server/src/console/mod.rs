@@ -17,7 +17,11 @@
 //! - [`users`]: [`app::port::UserPort`], the list of users; disabling, enabling and
 //!   deleting them, which ends their sessions;
 //! - [`catalog`]: [`app::port::CatalogPort`], the event-type catalog (read by every role,
-//!   changed by admins).
+//!   changed by admins);
+//! - [`audit`]: [`app::port::AuditPort`], the audit log (admins: all; support: their own).
+//!
+//! Every change a port makes records its audit entry ([`audit_entry`]: the user's
+//! email and role and the request's TCP peer) in the change's own transaction.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,12 +36,14 @@ use tower_sessions::Session;
 
 use crate::auth;
 use crate::clock::now_ms;
-use crate::domain::{Role, User, UserId};
+use crate::domain::{AuditAction, AuditEntry, Role, SpaceId, User, UserId};
 use crate::http::AppState;
+use crate::ops::audit::Author;
 use crate::ops::OpsError;
 use crate::storage::{Slot, Storage, StorageError};
 
 mod alerts;
+mod audit;
 mod bulk;
 mod catalog;
 mod manage;
@@ -99,11 +105,34 @@ pub fn require_role(actor: &SessionUser, need: Role) -> Result<(), ConsoleError>
     }
 }
 
+/// Who the audit log names for `actor`'s changes: their email and role, and the
+/// request's TCP peer (docs D14).
+fn author(actor: &SessionUser) -> Author {
+    Author::user(
+        &actor.id,
+        &actor.email,
+        Role::from(actor.role),
+        actor.source,
+    )
+}
+
+/// The audit entry of `actor` doing `action` to `target_id` (in `space`, or install-wide), now.
+fn audit_entry(
+    actor: &SessionUser,
+    action: AuditAction,
+    space: Option<SpaceId>,
+    target_id: impl ToString,
+    detail: serde_json::Value,
+) -> AuditEntry {
+    author(actor).entry(action, space, target_id, detail, now_ms())
+}
+
 fn session_user(u: &User) -> SessionUser {
     SessionUser {
         id: u.id.to_string(),
         email: u.email.clone(),
         role: u.role.into(),
+        source: None,
     }
 }
 
@@ -272,9 +301,18 @@ impl SessionPort for Backend {
             return Err(set_up_already());
         }
         let user = crate::ops::tenants::new_user(email, password, Role::Admin).map_err(refused)?;
+        // The first admin creates themselves (no request address reaches this port).
+        let first = session_user(&user);
+        let entry = audit_entry(
+            &first,
+            AuditAction::UserCreate,
+            None,
+            user.id,
+            serde_json::json!({ "email": user.email, "role": "admin", "firstRun": true }),
+        );
         if !self
             .storage
-            .create_first_user(&user)
+            .create_first_user(&user, Some(&entry))
             .await
             .map_err(internal)?
         {
@@ -332,6 +370,7 @@ mod tests {
             id: "usr_x".into(),
             email: "x@example.com".into(),
             role: serde_json::from_value(serde_json::json!(role)).expect("a role"),
+            source: None,
         }
     }
 

@@ -273,8 +273,15 @@ impl SettingsPort for Backend {
             .get_space(d.space_id)
             .await
             .map_err(|e| storage_error(e, "space"))?;
+        let entry = super::audit_entry(
+            actor,
+            AuditAction::DestinationCreate,
+            Some(d.space_id),
+            d.id,
+            serde_json::Value::Null,
+        );
         self.storage
-            .create_destination(&d)
+            .create_destination(&d, Some(&entry))
             .await
             .map_err(|e| storage_error(e, "destination"))?;
         Ok(Notice::new(format!("Created the destination {}.", d.url))
@@ -317,8 +324,15 @@ impl SettingsPort for Backend {
         destinations::apply(&mut d, changes(f)?, now_ms(), &self.sandbox)
             .await
             .map_err(refused)?;
+        let entry = super::audit_entry(
+            actor,
+            AuditAction::DestinationUpdate,
+            Some(d.space_id),
+            d.id,
+            serde_json::Value::Null,
+        );
         self.storage
-            .update_destination(&d)
+            .update_destination(&d, Some(&entry))
             .await
             .map_err(|e| storage_error(e, "destination"))?;
         tracing::info!(destination.id = %d.id, user.id = %actor.id, "console: destination settings changed");

@@ -59,9 +59,16 @@ impl UserPort for Backend {
         let user = self
             .other_user(actor, id, if disabled { "disable" } else { "enable" })
             .await?;
+        let action = if disabled {
+            AuditAction::UserDisable
+        } else {
+            AuditAction::UserEnable
+        };
+        let detail = serde_json::json!({ "email": user.email });
+        let entry = super::audit_entry(actor, action, None, user.id, detail);
         let change = self
             .storage
-            .set_user_disabled(user.id, disabled.then(now_ms))
+            .set_user_disabled(user.id, disabled.then(now_ms), Some(&entry))
             .await
             .map_err(internal)?;
         match change {
@@ -97,7 +104,14 @@ impl UserPort for Backend {
             .user_sessions(user.id)
             .await
             .map_err(internal)?;
-        match self.storage.delete_user(user.id).await.map_err(internal)? {
+        let detail = serde_json::json!({ "email": user.email });
+        let entry = super::audit_entry(actor, AuditAction::UserDelete, None, user.id, detail);
+        match self
+            .storage
+            .delete_user(user.id, Some(&entry))
+            .await
+            .map_err(internal)?
+        {
             UserChange::Done => {}
             UserChange::NotFound => return Err(ConsoleError::NotFound("user".into())),
             UserChange::LastAdmin => return Err(last_admin(&user)),

@@ -111,6 +111,7 @@ id_type!(NotificationId, "ntf", "notification");
 id_type!(EventTypeId, "ety", "event type");
 id_type!(AlertEmailId, "ale", "alert e-mail address");
 id_type!(AlertMailId, "alm", "alert e-mail");
+id_type!(AuditId, "aud", "audit entry");
 
 impl EventId {
     /// A fresh event ID, greater than every one this process made before, even within

@@ -60,6 +60,8 @@ pub mod model;
 pub use model::*;
 pub mod plans;
 pub use plans::{retention_for, PerPlan, Retention};
+pub mod audit;
+pub use audit::{Actor, ActorKind, AuditAction, AuditEntry};
 
 string_enum!(
     /// A space's plan; it sets the shared outgoing send rate and the incoming webhook rate.

@@ -26,6 +26,8 @@ pub struct AppState {
     pub public_url: PublicUrl,
     /// The event types' compiled schemas, which every publish checks payloads against.
     pub schemas: crate::ops::event_types::SchemaCache,
+    /// When this process last wrote each API key's `last_used_at` (at most once a minute).
+    pub key_use: crate::ops::audit::KeyUse,
 }
 
 impl axum::extract::FromRef<AppState> for LeptosOptions {

@@ -7,6 +7,9 @@
 //! made it. Revoking is for good and answers the same when repeated: revoking an
 //! already revoked key or bot succeeds and keeps the first revocation's time.
 
+use serde_json::{json, Value};
+
+use super::audit::Author;
 use super::names::{self, NameKind};
 use super::OpsError;
 use crate::auth;
@@ -84,9 +87,21 @@ pub async fn create_api_key(
     space_id: SpaceId,
     name: &str,
     now: UnixMs,
+    author: Option<&Author>,
 ) -> Result<(ApiKey, Minted), OpsError> {
     let (key, minted) = new_api_key(space_id, name, now)?;
-    store.create_api_key(&key, &minted.hash).await?;
+    let audit = author.map(|a| {
+        a.entry(
+            AuditAction::ApiKeyCreate,
+            Some(space_id),
+            key.id,
+            json!({ "name": key.name }),
+            now,
+        )
+    });
+    store
+        .create_api_key(&key, &minted.hash, audit.as_ref())
+        .await?;
     Ok((key, minted))
 }
 
@@ -112,6 +127,7 @@ pub async fn revoke_api_key(
     space_id: SpaceId,
     id: &str,
     now: UnixMs,
+    author: &Author,
 ) -> Result<ApiKey, OpsError> {
     let not_found = || OpsError::not_found("API key", id);
     let key_id: ApiKeyId = id.parse().map_err(|_| not_found())?;
@@ -126,7 +142,17 @@ pub async fn revoke_api_key(
     if key.revoked_at.is_some() {
         return Ok(key);
     }
-    match store.revoke_api_key(space_id, key_id, now).await {
+    let audit = author.entry(
+        AuditAction::ApiKeyRevoke,
+        Some(space_id),
+        key_id,
+        Value::Null,
+        now,
+    );
+    match store
+        .revoke_api_key(space_id, key_id, now, Some(&audit))
+        .await
+    {
         Ok(()) => key.revoked_at = Some(now),
         // Revoked meanwhile by another request: answer what it wrote.
         Err(StorageError::NotFound) => key = find().await?,
@@ -142,12 +168,20 @@ pub async fn revoke_bot(
     space_id: SpaceId,
     id: &str,
     now: UnixMs,
+    author: &Author,
 ) -> Result<Bot, OpsError> {
     let mut bot = find_bot(store, space_id, id).await?;
     if bot.revoked_at.is_some() {
         return Ok(bot);
     }
-    match store.revoke_bot(space_id, bot.id, now).await {
+    let audit = author.entry(
+        AuditAction::BotRevoke,
+        Some(space_id),
+        bot.id,
+        Value::Null,
+        now,
+    );
+    match store.revoke_bot(space_id, bot.id, now, Some(&audit)).await {
         Ok(()) => bot.revoked_at = Some(now),
         Err(StorageError::NotFound) => bot = find_bot(store, space_id, id).await?,
         Err(e) => return Err(e.into()),

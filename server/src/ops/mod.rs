@@ -19,7 +19,9 @@
 //! - [`headers`]: a destination's own request headers (names, limits, merging, masking);
 //! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out).
 //! - [`retention`]: a space's own retention, set by the REST API and the console.
+//! - [`audit`]: who made a change and its audit entry; when a key's use is written.
 
+pub mod audit;
 pub mod credentials;
 pub mod destinations;
 pub mod event_types;

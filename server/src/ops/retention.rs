@@ -3,8 +3,9 @@
 //! or none to go back to the plan's. Which retention applies is
 //! [`crate::domain::retention_for`]; the purge is [`crate::retention`].
 
+use super::audit::Author;
 use super::OpsError;
-use crate::domain::{retention_for, PerPlan, Retention, Space, SpaceId};
+use crate::domain::{retention_for, AuditAction, PerPlan, Retention, Space, SpaceId};
 use crate::storage::Storage;
 
 /// The code of a refused retention (the API's 422).
@@ -26,13 +27,25 @@ pub fn parse_optional(raw: &str) -> Result<Option<Retention>, OpsError> {
     }
 }
 
-/// Sets the space's own retention (`None`: its plan's) and answers the space as it now is.
+/// Sets the space's own retention (`None`: its plan's), recorded as `by`'s change, and
+/// answers the space as it now is.
 pub async fn set(
     store: &dyn Storage,
     space_id: SpaceId,
     retention: Option<Retention>,
+    by: &Author,
 ) -> Result<Space, OpsError> {
-    store.set_space_retention(space_id, retention).await?;
+    let detail = serde_json::json!({ "retention": retention.map(|r| r.to_string()) });
+    let entry = by.entry(
+        AuditAction::SpaceRetention,
+        Some(space_id),
+        space_id,
+        detail,
+        crate::clock::now_ms(),
+    );
+    store
+        .set_space_retention(space_id, retention, Some(&entry))
+        .await?;
     Ok(store.get_space(space_id).await?)
 }
 

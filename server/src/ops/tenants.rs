@@ -2,6 +2,9 @@
 //! command line (`partyflow space create`, `user create`, `user bootstrap`) and the
 //! console (the spaces and users pages, first-run setup).
 
+use serde_json::json;
+
+use super::audit::Author;
 use super::credentials;
 use super::names::{self, NameKind};
 use super::OpsError;
@@ -19,11 +22,22 @@ pub struct CreatedSpace {
     pub api_key: String,
 }
 
-/// Creates a space with a first API key.
+/// Creates a space with a first API key (the command line's: recorded by no one).
 pub async fn create_space(
     store: &dyn Storage,
     name: &str,
     plan: Plan,
+) -> Result<CreatedSpace, OpsError> {
+    create_space_as(store, name, plan, None).await
+}
+
+/// Creates a space with a first API key, the creation recorded in the audit log as
+/// `author`'s (one entry: the space, naming its first key).
+pub async fn create_space_as(
+    store: &dyn Storage,
+    name: &str,
+    plan: Plan,
+    author: Option<&Author>,
 ) -> Result<CreatedSpace, OpsError> {
     let now = now_ms();
     let space = Space {
@@ -33,23 +47,57 @@ pub async fn create_space(
         created_at: now,
         retention: None,
     };
-    store.create_space(&space).await?;
-    let (_, minted) = credentials::create_api_key(store, space.id, FIRST_API_KEY_NAME, now).await?;
+    let (key, minted) = credentials::new_api_key(space.id, FIRST_API_KEY_NAME, now)?;
+    let audit = author.map(|a| {
+        let detail =
+            json!({ "name": space.name, "plan": plan.as_str(), "firstApiKey": key.id.to_string() });
+        a.entry(
+            AuditAction::SpaceCreate,
+            Some(space.id),
+            space.id,
+            detail,
+            now,
+        )
+    });
+    store.create_space(&space, audit.as_ref()).await?;
+    store.create_api_key(&key, &minted.hash, None).await?;
     Ok(CreatedSpace {
         space,
         api_key: minted.secret,
     })
 }
 
-/// Creates a console user after checking the email and the password rules.
+/// Creates a console user after checking the email and the password rules (the command
+/// line's: recorded by no one).
 pub async fn create_user(
     store: &dyn Storage,
     email: &str,
     password: &str,
     role: Role,
 ) -> Result<User, OpsError> {
+    create_user_as(store, email, password, role, None).await
+}
+
+/// Creates a console user, recorded in the audit log as `author`'s.
+pub async fn create_user_as(
+    store: &dyn Storage,
+    email: &str,
+    password: &str,
+    role: Role,
+    author: Option<&Author>,
+) -> Result<User, OpsError> {
     let user = new_user(email, password, role)?;
-    match store.create_user(&user).await {
+    let audit = author.map(|a| {
+        let detail = json!({ "email": user.email, "role": role.as_str() });
+        a.entry(
+            AuditAction::UserCreate,
+            None,
+            user.id,
+            detail,
+            user.created_at,
+        )
+    });
+    match store.create_user(&user, audit.as_ref()).await {
         Ok(()) => Ok(user),
         Err(StorageError::Conflict(_)) => Err(OpsError::Conflict {
             code: "email_taken",

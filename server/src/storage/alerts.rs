@@ -33,7 +33,11 @@ pub trait AlertStore: Send + Sync + std::fmt::Debug {
         now: UnixMs,
     ) -> Result<()>;
     /// Adds a notification made on purpose (the console's test alert).
-    async fn create_alert_test(&self, notification: &Notification) -> Result<()>;
+    async fn create_alert_test(
+        &self,
+        notification: &Notification,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// Whether an active destination of `space` names `event_type` in its subscriptions
     /// (the relay publishes an alert only where someone listens).
     async fn has_active_subscribers(&self, space: SpaceId, event_type: &str) -> Result<bool>;
@@ -44,13 +48,19 @@ pub trait AlertStore: Send + Sync + std::fmt::Debug {
 
     /// The space whose alert webhooks get every space's alerts, if one is chosen.
     async fn alert_space(&self) -> Result<Option<SpaceId>>;
-    async fn set_alert_space(&self, space: Option<SpaceId>) -> Result<()>;
+    async fn set_alert_space(
+        &self,
+        space: Option<SpaceId>,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
 
     /// Every alert address, the install's first, then by space and address.
     async fn list_alert_emails(&self) -> Result<Vec<AlertEmail>>;
     /// `Conflict` when that scope has the address already.
-    async fn add_alert_email(&self, email: &AlertEmail) -> Result<()>;
-    async fn remove_alert_email(&self, id: AlertEmailId) -> Result<()>;
+    async fn add_alert_email(&self, email: &AlertEmail, audit: Option<&AuditEntry>)
+        -> Result<()>;
+    async fn remove_alert_email(&self, id: AlertEmailId, audit: Option<&AuditEntry>)
+        -> Result<()>;
     /// The addresses an alert about `space` goes to: the space's and the install's, once.
     async fn alert_recipients(&self, space: Option<SpaceId>) -> Result<Vec<String>>;
 
@@ -133,7 +143,7 @@ where
         Ok(())
     }
 
-    async fn create_alert_test(&self, n: &Notification) -> Result<()> {
+    async fn create_alert_test(&self, n: &Notification, audit: Option<&AuditEntry>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO notifications (id, space_id, kind, subject_kind, subject_id, message, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -145,7 +155,7 @@ where
         .bind(&n.subject_id)
         .bind(&n.message)
         .bind(n.created_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -184,7 +194,11 @@ where
             .transpose()
     }
 
-    async fn set_alert_space(&self, space: Option<SpaceId>) -> Result<()> {
+    async fn set_alert_space(
+        &self,
+        space: Option<SpaceId>,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
         let query = match space {
             Some(space) => sqlx::query(
                 "INSERT INTO alert_settings (key, value) VALUES ($1, $2) \
@@ -194,7 +208,7 @@ where
             .bind(space.to_string()),
             None => sqlx::query("DELETE FROM alert_settings WHERE key = $1").bind(ALERT_SPACE),
         };
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -209,7 +223,7 @@ where
         convert_all(rows)
     }
 
-    async fn add_alert_email(&self, e: &AlertEmail) -> Result<()> {
+    async fn add_alert_email(&self, e: &AlertEmail, audit: Option<&AuditEntry>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO alert_emails (id, space_id, address, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -217,13 +231,16 @@ where
         .bind(e.space_id.map(|s| s.to_string()))
         .bind(&e.address)
         .bind(e.created_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
-    async fn remove_alert_email(&self, id: AlertEmailId) -> Result<()> {
-        self.write_one(sqlx::query("DELETE FROM alert_emails WHERE id = $1").bind(id.to_string()))
-            .await
+    async fn remove_alert_email(&self, id: AlertEmailId, audit: Option<&AuditEntry>) -> Result<()> {
+        self.write_one_audited(
+            sqlx::query("DELETE FROM alert_emails WHERE id = $1").bind(id.to_string()),
+            audit,
+        )
+        .await
     }
 
     async fn alert_recipients(&self, space: Option<SpaceId>) -> Result<Vec<String>> {

@@ -6,7 +6,6 @@ use sqlx::{ColumnIndex, Executor, IntoArguments};
 use super::store::{
     convert_all, json_opt, parse, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store,
 };
-use super::write::Durability;
 use super::*;
 
 pub(super) const CHANNEL: &str = "id, space_id, name, created_at";
@@ -17,13 +16,24 @@ pub(super) const MESSAGE: &str =
 /// Channels and the messages posted to them (the REST API and the console).
 #[async_trait]
 pub trait ChannelStore: Send + Sync + std::fmt::Debug {
-    async fn create_channel(&self, channel: &Channel) -> Result<()>;
+    async fn create_channel(&self, channel: &Channel, audit: Option<&AuditEntry>) -> Result<()>;
     async fn get_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<Channel>;
     async fn get_channel_by_id(&self, id: ChannelId) -> Result<Channel>;
     /// Renames a channel (`Conflict` when the space has one of that name already).
-    async fn rename_channel(&self, space_id: SpaceId, id: ChannelId, name: &str) -> Result<()>;
+    async fn rename_channel(
+        &self,
+        space_id: SpaceId,
+        id: ChannelId,
+        name: &str,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// Deletes a channel with its messages and incoming webhooks.
-    async fn delete_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<()>;
+    async fn delete_channel(
+        &self,
+        space_id: SpaceId,
+        id: ChannelId,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// A page of the space's channels, newest first (the REST API).
     async fn list_channels(&self, space_id: SpaceId, page: Page<ChannelId>)
         -> Result<Vec<Channel>>;
@@ -50,7 +60,7 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
-    async fn create_channel(&self, c: &Channel) -> Result<()> {
+    async fn create_channel(&self, c: &Channel, audit: Option<&AuditEntry>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO channels (id, space_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -58,7 +68,7 @@ where
         .bind(c.space_id.to_string())
         .bind(&c.name)
         .bind(c.created_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -84,22 +94,35 @@ where
             .try_into()
     }
 
-    async fn rename_channel(&self, space_id: SpaceId, id: ChannelId, name: &str) -> Result<()> {
-        self.write_one(
+    async fn rename_channel(
+        &self,
+        space_id: SpaceId,
+        id: ChannelId,
+        name: &str,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
+        self.write_one_audited(
             sqlx::query("UPDATE channels SET name = $1 WHERE id = $2 AND space_id = $3")
                 .bind(name)
                 .bind(id.to_string())
                 .bind(space_id.to_string()),
+            audit,
         )
         .await
     }
 
-    async fn delete_channel(&self, space_id: SpaceId, id: ChannelId) -> Result<()> {
+    async fn delete_channel(
+        &self,
+        space_id: SpaceId,
+        id: ChannelId,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
         // Its messages and incoming webhooks go with it (ON DELETE CASCADE).
-        self.write_one(
+        self.write_one_audited(
             sqlx::query("DELETE FROM channels WHERE id = $1 AND space_id = $2")
                 .bind(id.to_string())
                 .bind(space_id.to_string()),
+            audit,
         )
         .await
     }

@@ -37,6 +37,7 @@ pub trait DeliveryStore: Send + Sync + std::fmt::Debug {
         space_id: SpaceId,
         ids: &[DeliveryId],
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
     /// New deliveries of the same events to the same destinations, sent at once with a
     /// full set of attempts; originals and copies are linked.
@@ -45,6 +46,7 @@ pub trait DeliveryStore: Send + Sync + std::fmt::Debug {
         space_id: SpaceId,
         ids: &[DeliveryId],
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<Vec<(DeliveryId, BulkOutcome)>>;
     /// Resends up to `limit` failed deliveries not resent before, oldest first, of those
     /// `filter` selects (its space, destination, event type, error class and creation
@@ -54,6 +56,7 @@ pub trait DeliveryStore: Send + Sync + std::fmt::Debug {
         filter: &DeliveryFilter,
         limit: i64,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<ResendFailed>;
     /// How many [`DeliveryStore::resend_failed`] would resend, in all its calls, now.
     async fn count_resend_failed(&self, filter: &DeliveryFilter) -> Result<i64>;
@@ -117,6 +120,7 @@ where
         space_id: SpaceId,
         ids: &[DeliveryId],
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
@@ -156,6 +160,7 @@ where
                 },
             ));
         }
+        Self::audit_bulk_in(&mut tx, audit, &out).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -165,6 +170,7 @@ where
         space_id: SpaceId,
         ids: &[DeliveryId],
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<Vec<(DeliveryId, BulkOutcome)>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
@@ -202,6 +208,7 @@ where
             let copy = Self::resend_in(&mut tx, &id.to_string(), now).await?;
             out.push((*id, BulkOutcome::Resent(copy)));
         }
+        Self::audit_bulk_in(&mut tx, audit, &out).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -211,6 +218,7 @@ where
         filter: &DeliveryFilter,
         limit: i64,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<ResendFailed> {
         let space_id = filter.space_id.ok_or(StorageError::NotFound)?;
         let mut writer = self.writes.writer(Durability::Full).await?;
@@ -229,6 +237,10 @@ where
         }
         let (sql, args) = resend_failed_pick::<D>("SELECT COUNT(*)", filter).into_parts()?;
         let (remaining,): (i64,) = sqlx::query_as_with(&sql, args).fetch_one(&mut *tx).await?;
+        if !ids.is_empty() {
+            let entry = audit.map(|a| a.with_count(ids.len() as i64));
+            Self::audit_in(&mut tx, entry.as_ref()).await?;
+        }
         tx.commit().await?;
         Ok(ResendFailed {
             resent: ids.len() as i64,
@@ -282,6 +294,24 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
+    /// The audit entry of a resend or cancel of listed deliveries, with the number it
+    /// changed; none when it changed nothing.
+    async fn audit_bulk_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        audit: Option<&AuditEntry>,
+        out: &[(DeliveryId, BulkOutcome)],
+    ) -> Result<()> {
+        let changed = out
+            .iter()
+            .filter(|(_, o)| matches!(o, BulkOutcome::Resent(_) | BulkOutcome::Cancelled))
+            .count() as i64;
+        if changed == 0 {
+            return Ok(());
+        }
+        let entry = audit.map(|a| a.with_count(changed));
+        Self::audit_in(tx, entry.as_ref()).await
+    }
+
     /// A new delivery of the same event to the same destination, due now with a full set
     /// of attempts, linked both ways to the original `id` (docs §2.7).
     async fn resend_in(tx: &mut WriteTx<'_, D::DB>, id: &str, now: UnixMs) -> Result<DeliveryId> {

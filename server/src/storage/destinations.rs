@@ -20,7 +20,11 @@ pub(super) const DESTINATION: &str = "id, space_id, url, description, event_type
 /// console.
 #[async_trait]
 pub trait DestinationStore: Send + Sync + std::fmt::Debug {
-    async fn create_destination(&self, destination: &Destination) -> Result<()>;
+    async fn create_destination(
+        &self,
+        destination: &Destination,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     async fn get_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<Destination>;
     /// A destination by ID alone (the console links to destinations across spaces).
     async fn get_destination_by_id(&self, id: DestinationId) -> Result<Destination>;
@@ -32,8 +36,17 @@ pub trait DestinationStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<Destination>>;
     /// Every destination of the space, oldest first (the console).
     async fn list_all_destinations(&self, space_id: SpaceId) -> Result<Vec<Destination>>;
-    async fn update_destination(&self, destination: &Destination) -> Result<()>;
-    async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()>;
+    async fn update_destination(
+        &self,
+        destination: &Destination,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
+    async fn delete_destination(
+        &self,
+        space_id: SpaceId,
+        id: DestinationId,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// Enables or disables a destination. Disabling pauses its waiting deliveries; enabling
     /// resumes them and resets the dead-letter streak (docs D6).
     async fn set_destination_status(
@@ -43,6 +56,7 @@ pub trait DestinationStore: Send + Sync + std::fmt::Debug {
         status: DestinationStatus,
         reason: Option<&str>,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<Destination>;
     /// The space's active destinations that have a filter, whatever their event types
     /// (publishing runs their filters before it writes: `ops::filters`). On an index
@@ -64,7 +78,7 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
-    async fn create_destination(&self, d: &Destination) -> Result<()> {
+    async fn create_destination(&self, d: &Destination, audit: Option<&AuditEntry>) -> Result<()> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
         let event_types = d
@@ -106,6 +120,7 @@ where
         .await?;
         Self::write_ordering(&mut tx, d).await?;
         Self::write_subscriptions(&mut tx, d).await?;
+        Self::audit_in(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -155,7 +170,7 @@ where
         convert_all(rows)
     }
 
-    async fn update_destination(&self, d: &Destination) -> Result<()> {
+    async fn update_destination(&self, d: &Destination, audit: Option<&AuditEntry>) -> Result<()> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
         let event_types = d
@@ -192,15 +207,22 @@ where
         }
         Self::write_ordering(&mut tx, d).await?;
         Self::write_subscriptions(&mut tx, d).await?;
+        Self::audit_in(&mut tx, audit).await?;
         tx.commit().await?;
         Ok(())
     }
 
-    async fn delete_destination(&self, space_id: SpaceId, id: DestinationId) -> Result<()> {
-        self.write_one(
+    async fn delete_destination(
+        &self,
+        space_id: SpaceId,
+        id: DestinationId,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
+        self.write_one_audited(
             sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
                 .bind(id.to_string())
                 .bind(space_id.to_string()),
+            audit,
         )
         .await
     }
@@ -212,6 +234,7 @@ where
         status: DestinationStatus,
         reason: Option<&str>,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<Destination> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
@@ -247,6 +270,7 @@ where
             .bind(id.to_string())
             .fetch_one(&mut *tx)
             .await?;
+        Self::audit_in(&mut tx, audit).await?;
         tx.commit().await?;
         row.try_into()
     }

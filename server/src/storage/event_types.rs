@@ -7,7 +7,6 @@ use sqlx::{ColumnIndex, Executor, IntoArguments};
 use super::store::{
     convert_all, json_opt, parse, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store,
 };
-use super::write::Durability;
 use super::*;
 
 pub(super) const EVENT_TYPE: &str =
@@ -18,9 +17,17 @@ pub(super) const EVENT_TYPE: &str =
 #[async_trait]
 pub trait EventTypeStore: Send + Sync + std::fmt::Debug {
     /// `Conflict` when the space has a type of that name already.
-    async fn create_event_type(&self, event_type: &EventType) -> Result<()>;
+    async fn create_event_type(
+        &self,
+        event_type: &EventType,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// Description, schema, example and `deprecated`, by ID (the name never changes).
-    async fn update_event_type(&self, event_type: &EventType) -> Result<()>;
+    async fn update_event_type(
+        &self,
+        event_type: &EventType,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     async fn find_event_type_by_name(&self, space_id: SpaceId, name: &str) -> Result<EventType>;
     /// The `updated_at` of the space's type `name` if it has a schema; `None` when the
     /// type has none or is not catalogued. What a publish reads before it validates.
@@ -53,7 +60,7 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
-    async fn create_event_type(&self, t: &EventType) -> Result<()> {
+    async fn create_event_type(&self, t: &EventType, audit: Option<&AuditEntry>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO event_types (id, space_id, name, description, schema, example, deprecated, \
              created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -67,12 +74,12 @@ where
         .bind(t.deprecated)
         .bind(t.created_at)
         .bind(t.updated_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
-    async fn update_event_type(&self, t: &EventType) -> Result<()> {
-        self.write_one(
+    async fn update_event_type(&self, t: &EventType, audit: Option<&AuditEntry>) -> Result<()> {
+        self.write_one_audited(
             sqlx::query(
                 "UPDATE event_types SET description = $1, schema = $2, example = $3, deprecated = $4, \
                  updated_at = $5 WHERE id = $6 AND space_id = $7",
@@ -84,6 +91,7 @@ where
             .bind(t.updated_at)
             .bind(t.id.to_string())
             .bind(t.space_id.to_string()),
+            audit,
         )
         .await
     }

@@ -3,9 +3,7 @@
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
-use super::store::{
-    convert_all, parse, Args, Conn, DbRow, Dialect, RowsAffected, SqlArg, SqlValue, Store,
-};
+use super::store::{convert_all, parse, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store};
 use super::write::Durability;
 use super::*;
 
@@ -19,7 +17,11 @@ pub(super) const BOT: &str = "id, space_id, name, token_hash, created_at, revoke
 /// and streak counting of the requests they authenticate.
 #[async_trait]
 pub trait IncomingStore: Send + Sync + std::fmt::Debug {
-    async fn create_incoming_webhook(&self, webhook: &IncomingWebhook) -> Result<()>;
+    async fn create_incoming_webhook(
+        &self,
+        webhook: &IncomingWebhook,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     async fn get_incoming_webhook_by_id(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
     /// A page of the space's incoming webhooks, newest first (the REST API).
     async fn list_incoming_webhooks(
@@ -36,9 +38,14 @@ pub trait IncomingStore: Send + Sync + std::fmt::Debug {
         id: IncomingWebhookId,
         status: IncomingWebhookStatus,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<IncomingWebhook>;
-    async fn delete_incoming_webhook(&self, space_id: SpaceId, id: IncomingWebhookId)
-        -> Result<()>;
+    async fn delete_incoming_webhook(
+        &self,
+        space_id: SpaceId,
+        id: IncomingWebhookId,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// Counts an incoming webhook request: a success resets the streak; a failure grows it and,
     /// at `disable_after` in a row, disables the webhook and notifies admins.
     async fn record_incoming_result(
@@ -48,13 +55,19 @@ pub trait IncomingStore: Send + Sync + std::fmt::Debug {
         disable_after: i64,
         now: UnixMs,
     ) -> Result<IncomingEffects>;
-    async fn create_bot(&self, bot: &Bot) -> Result<()>;
+    async fn create_bot(&self, bot: &Bot, audit: Option<&AuditEntry>) -> Result<()>;
     async fn find_bot_by_token_hash(&self, token_hash: &str) -> Result<Bot>;
     /// A page of the space's bots, newest first (the REST API).
     async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>>;
     /// Every bot of the space (revoked ones too), oldest first (the console).
     async fn list_all_bots(&self, space_id: SpaceId) -> Result<Vec<Bot>>;
-    async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()>;
+    async fn revoke_bot(
+        &self,
+        space_id: SpaceId,
+        id: BotId,
+        now: UnixMs,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
 }
 
 #[async_trait]
@@ -71,7 +84,11 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
-    async fn create_incoming_webhook(&self, w: &IncomingWebhook) -> Result<()> {
+    async fn create_incoming_webhook(
+        &self,
+        w: &IncomingWebhook,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO incoming_webhooks (id, space_id, channel_id, name, token_hash, signing_secret, status, \
              consecutive_failures, created_at, updated_at, disabled_at) \
@@ -88,7 +105,7 @@ where
         .bind(w.created_at)
         .bind(w.updated_at)
         .bind(w.disabled_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -133,6 +150,7 @@ where
         id: IncomingWebhookId,
         status: IncomingWebhookStatus,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<IncomingWebhook> {
         let query = sqlx::query(
             "UPDATE incoming_webhooks SET status = $1, updated_at = $2, \
@@ -144,10 +162,7 @@ where
         .bind(now)
         .bind(id.to_string())
         .bind(space_id.to_string());
-        let done = self.execute(Durability::Full, query).await?;
-        if done.rows_affected() == 0 {
-            return Err(StorageError::NotFound);
-        }
+        self.write_one_audited(query, audit).await?;
         self.get_incoming_webhook_by_id(id).await
     }
 
@@ -155,11 +170,13 @@ where
         &self,
         space_id: SpaceId,
         id: IncomingWebhookId,
+        audit: Option<&AuditEntry>,
     ) -> Result<()> {
-        self.write_one(
+        self.write_one_audited(
             sqlx::query("DELETE FROM incoming_webhooks WHERE id = $1 AND space_id = $2")
                 .bind(id.to_string())
                 .bind(space_id.to_string()),
+            audit,
         )
         .await
     }
@@ -223,7 +240,7 @@ where
         Ok(effects)
     }
 
-    async fn create_bot(&self, b: &Bot) -> Result<()> {
+    async fn create_bot(&self, b: &Bot, audit: Option<&AuditEntry>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO bots (id, space_id, name, token_hash, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
         )
@@ -233,7 +250,7 @@ where
         .bind(&b.token_hash)
         .bind(b.created_at)
         .bind(b.revoked_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -261,12 +278,19 @@ where
         convert_all(rows)
     }
 
-    async fn revoke_bot(&self, space_id: SpaceId, id: BotId, now: UnixMs) -> Result<()> {
-        self.write_one(
+    async fn revoke_bot(
+        &self,
+        space_id: SpaceId,
+        id: BotId,
+        now: UnixMs,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
+        self.write_one_audited(
             sqlx::query("UPDATE bots SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL")
             .bind(now)
             .bind(id.to_string())
             .bind(space_id.to_string()),
+            audit,
         )
         .await
     }

@@ -22,6 +22,7 @@
 //! | `notifications.rs` | [`NotificationStore`] | the console, the REST API                      |
 //! | `stats.rs`         | [`ConsoleStats`]      | the console's overview and counters            |
 //! | `retention.rs`     | [`RetentionStore`]    | the retention task (the purge)                 |
+//! | `audit.rs`         | [`AuditStore`]        | the REST API, the console (writes: `audit_in`) |
 //!
 //! [`Storage`] combines them for the server's state; [`TestStorage`] adds what only tests
 //! and the benchmark use. Every write goes through `write.rs` ([`write::Writes`]: the
@@ -46,6 +47,7 @@ use async_trait::async_trait;
 use crate::domain::*;
 
 mod alerts;
+mod audit;
 mod channels;
 mod deliveries;
 mod destinations;
@@ -67,6 +69,7 @@ mod users;
 pub mod write;
 
 pub use alerts::AlertStore;
+pub use audit::{AuditFilter, AuditStore};
 pub use channels::ChannelStore;
 pub use deliveries::DeliveryStore;
 pub use destinations::DestinationStore;
@@ -397,6 +400,7 @@ pub trait Storage:
     + ConsoleStats
     + AlertStore
     + RetentionStore
+    + AuditStore
     + std::fmt::Debug
     + 'static
 {

@@ -20,7 +20,12 @@ pub trait NotificationStore: Send + Sync + std::fmt::Debug {
         page: Page<NotificationId>,
     ) -> Result<Vec<Notification>>;
     async fn count_unread_notifications(&self) -> Result<i64>;
-    async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()>;
+    async fn mark_notification_read(
+        &self,
+        id: NotificationId,
+        now: UnixMs,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// The notifications about one space (what its API key may see): all of them, or only
     /// the unread (`Some(true)`) or the read ones (`Some(false)`).
     async fn list_space_notifications(
@@ -34,6 +39,7 @@ pub trait NotificationStore: Send + Sync + std::fmt::Debug {
         space_id: SpaceId,
         id: NotificationId,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<()>;
 }
 
@@ -84,11 +90,17 @@ where
         Ok(n)
     }
 
-    async fn mark_notification_read(&self, id: NotificationId, now: UnixMs) -> Result<()> {
-        self.write_one(
+    async fn mark_notification_read(
+        &self,
+        id: NotificationId,
+        now: UnixMs,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
+        self.write_one_audited(
             sqlx::query("UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2")
                 .bind(now)
                 .bind(id.to_string()),
+            audit,
         )
         .await
     }
@@ -121,14 +133,16 @@ where
         space_id: SpaceId,
         id: NotificationId,
         now: UnixMs,
+        audit: Option<&AuditEntry>,
     ) -> Result<()> {
-        self.write_one(
+        self.write_one_audited(
             sqlx::query(
             "UPDATE notifications SET read_at = COALESCE(read_at, $1) WHERE id = $2 AND space_id = $3",
         )
         .bind(now)
         .bind(id.to_string())
         .bind(space_id.to_string()),
+            audit,
         )
         .await
     }

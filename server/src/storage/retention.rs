@@ -54,6 +54,8 @@ pub trait RetentionStore: Send + Sync + std::fmt::Debug {
 
     /// Deletes at most `limit` idempotency keys created before `before`.
     async fn purge_idempotency_keys(&self, before: UnixMs, limit: i64) -> Result<u64>;
+    /// Up to `limit` audit entries made before `before` (docs D14, `[retention] audit`).
+    async fn purge_audit_entries(&self, before: UnixMs, limit: i64) -> Result<u64>;
 
     /// Looks at up to `limit` rate-limit keys after the cursor `after` (by key) and deletes
     /// those not touched since `idle_before` with their recorded events (a deleted key,
@@ -189,6 +191,19 @@ where
             .await?;
         let more = (seen.len() as i64) >= limit;
         Ok((done.rows_affected(), more.then_some(next)))
+    }
+
+    async fn purge_audit_entries(&self, before: UnixMs, limit: i64) -> Result<u64> {
+        // IDs sort by time: the oldest entries are a range of the primary key.
+        let query = sqlx::query(
+            "DELETE FROM audit_log WHERE id IN (SELECT id FROM audit_log WHERE id < $1 LIMIT $2)",
+        )
+        .bind(AuditId::lower_bound_at(before).to_string())
+        .bind(limit);
+        Ok(self
+            .execute(Durability::Engine, query)
+            .await?
+            .rows_affected())
     }
 
     async fn purge_idempotency_keys(&self, before: UnixMs, limit: i64) -> Result<u64> {

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
 use super::store::{
-    convert_all, parse, parse_opt, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store,
+    convert_all, parse, parse_opt, Args, Conn, DbRow, Dialect, RowsAffected, SqlArg, SqlValue, Store,
 };
 use super::write::Durability;
 use super::*;
@@ -17,19 +17,39 @@ pub(super) const API_KEY: &str = "id, space_id, name, prefix, created_at, last_u
 /// extractor of the REST API.
 #[async_trait]
 pub trait TenantStore: Send + Sync + std::fmt::Debug {
-    async fn create_space(&self, space: &Space) -> Result<()>;
+    async fn create_space(&self, space: &Space, audit: Option<&AuditEntry>) -> Result<()>;
     async fn get_space(&self, id: SpaceId) -> Result<Space>;
     async fn list_all_spaces(&self) -> Result<Vec<Space>>;
-    async fn create_api_key(&self, key: &ApiKey, key_hash: &str) -> Result<()>;
+    async fn create_api_key(
+        &self,
+        key: &ApiKey,
+        key_hash: &str,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
     /// The live (not revoked) key with this hash.
     async fn find_api_key_by_hash(&self, key_hash: &str) -> Result<ApiKey>;
     /// A page of the space's keys, newest first (the REST API).
     async fn list_api_keys(&self, space_id: SpaceId, page: Page<ApiKeyId>) -> Result<Vec<ApiKey>>;
     /// Every key of the space, oldest first (the console).
     async fn list_all_api_keys(&self, space_id: SpaceId) -> Result<Vec<ApiKey>>;
-    async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()>;
+    async fn revoke_api_key(
+        &self,
+        space_id: SpaceId,
+        id: ApiKeyId,
+        now: UnixMs,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
+    /// Records that the key was used at `now`, unless it was recorded less than
+    /// `interval_ms` before (so instances together write about once an interval);
+    /// true when it wrote.
+    async fn touch_api_key(&self, id: ApiKeyId, now: UnixMs, interval_ms: i64) -> Result<bool>;
     /// Sets the space's own retention (docs D10); `None` goes back to its plan's.
-    async fn set_space_retention(&self, id: SpaceId, retention: Option<Retention>) -> Result<()>;
+    async fn set_space_retention(
+        &self,
+        id: SpaceId,
+        retention: Option<Retention>,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()>;
 }
 
 #[async_trait]
@@ -46,7 +66,7 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
-    async fn create_space(&self, s: &Space) -> Result<()> {
+    async fn create_space(&self, s: &Space, audit: Option<&AuditEntry>) -> Result<()> {
         let query =
             sqlx::query("INSERT INTO spaces (id, name, plan, created_at, retention) VALUES ($1, $2, $3, $4, $5)")
                 .bind(s.id.to_string())
@@ -54,7 +74,7 @@ where
                 .bind(s.plan.as_str())
                 .bind(s.created_at)
                 .bind(s.retention.map(|r| r.to_string()));
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -75,7 +95,12 @@ where
         convert_all(rows)
     }
 
-    async fn create_api_key(&self, k: &ApiKey, key_hash: &str) -> Result<()> {
+    async fn create_api_key(
+        &self,
+        k: &ApiKey,
+        key_hash: &str,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO api_keys (id, space_id, name, prefix, key_hash, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6)",
@@ -86,7 +111,7 @@ where
         .bind(&k.prefix)
         .bind(key_hash)
         .bind(k.created_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -121,25 +146,49 @@ where
         convert_all(rows)
     }
 
-    async fn revoke_api_key(&self, space_id: SpaceId, id: ApiKeyId, now: UnixMs) -> Result<()> {
-        self.write_one(
+    async fn revoke_api_key(
+        &self,
+        space_id: SpaceId,
+        id: ApiKeyId,
+        now: UnixMs,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
+        self.write_one_audited(
             sqlx::query(
             "UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND space_id = $3 AND revoked_at IS NULL",
         )
         .bind(now)
         .bind(id.to_string())
         .bind(space_id.to_string()),
+            audit,
         )
         .await
     }
 
-    async fn set_space_retention(&self, id: SpaceId, retention: Option<Retention>) -> Result<()> {
-        self.write_one(
+    async fn set_space_retention(
+        &self,
+        id: SpaceId,
+        retention: Option<Retention>,
+        audit: Option<&AuditEntry>,
+    ) -> Result<()> {
+        self.write_one_audited(
             sqlx::query("UPDATE spaces SET retention = $1 WHERE id = $2")
                 .bind(retention.map(|r| r.to_string()))
                 .bind(id.to_string()),
+            audit,
         )
         .await
+    }
+
+    async fn touch_api_key(&self, id: ApiKeyId, now: UnixMs, interval_ms: i64) -> Result<bool> {
+        let query = sqlx::query(
+            "UPDATE api_keys SET last_used_at = $1 \
+             WHERE id = $2 AND (last_used_at IS NULL OR last_used_at < $3)",
+        )
+        .bind(now)
+        .bind(id.to_string())
+        .bind(now - interval_ms);
+        Ok(self.execute(Durability::Full, query).await?.rows_affected() == 1)
     }
 }
 

@@ -19,23 +19,24 @@ pub(super) const NOT_LAST_ADMIN: &str = "(role <> 'admin' OR EXISTS (SELECT 1 FR
 /// as whom.
 #[async_trait]
 pub trait UserStore: Send + Sync + std::fmt::Debug {
-    async fn create_user(&self, user: &User) -> Result<()>;
+    async fn create_user(&self, user: &User, audit: Option<&AuditEntry>) -> Result<()>;
     async fn get_user(&self, id: UserId) -> Result<User>;
     async fn find_user_by_email(&self, email: &str) -> Result<User>;
     async fn count_users(&self) -> Result<i64>;
     async fn list_all_users(&self) -> Result<Vec<User>>;
     /// Creates `user` only if no user exists, in one transaction that two concurrent
     /// first-run setups cannot both pass; false when a user exists already.
-    async fn create_first_user(&self, user: &User) -> Result<bool>;
+    async fn create_first_user(&self, user: &User, audit: Option<&AuditEntry>) -> Result<bool>;
     /// Disables a user (`Some(now)`) or enables one (`None`). Never disables the last
     /// active admin; disabling a disabled user changes nothing and is `Done`.
     async fn set_user_disabled(
         &self,
         id: UserId,
         disabled_at: Option<UnixMs>,
+        audit: Option<&AuditEntry>,
     ) -> Result<UserChange>;
     /// Deletes a user (and its session index), never the last active admin.
-    async fn delete_user(&self, id: UserId) -> Result<UserChange>;
+    async fn delete_user(&self, id: UserId, audit: Option<&AuditEntry>) -> Result<UserChange>;
     /// Records that the console session `session_id` is signed in as `user_id` (until
     /// `expires_at`), so the user's sessions can be ended; forgets expired records.
     async fn remember_session(
@@ -64,7 +65,7 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
-    async fn create_user(&self, u: &User) -> Result<()> {
+    async fn create_user(&self, u: &User, audit: Option<&AuditEntry>) -> Result<()> {
         let query = sqlx::query(
             "INSERT INTO users (id, email, password_hash, role, created_at, disabled_at) VALUES ($1, $2, $3, $4, $5, $6)",
         )
@@ -74,7 +75,7 @@ where
         .bind(u.role.as_str())
         .bind(u.created_at)
         .bind(u.disabled_at);
-        self.execute(Durability::Full, query).await?;
+        self.execute_audited(query, audit).await?;
         Ok(())
     }
 
@@ -111,7 +112,7 @@ where
         convert_all(rows)
     }
 
-    async fn create_first_user(&self, u: &User) -> Result<bool> {
+    async fn create_first_user(&self, u: &User, audit: Option<&AuditEntry>) -> Result<bool> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
         D::lock_users(&mut tx).await?;
@@ -127,6 +128,9 @@ where
         .bind(u.disabled_at)
         .execute(&mut *tx)
         .await?;
+        if done.rows_affected() == 1 {
+            Self::audit_in(&mut tx, audit).await?;
+        }
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
@@ -135,6 +139,7 @@ where
         &self,
         id: UserId,
         disabled_at: Option<UnixMs>,
+        audit: Option<&AuditEntry>,
     ) -> Result<UserChange> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
@@ -158,6 +163,7 @@ where
             }
         };
         let change = if done.rows_affected() == 1 {
+            Self::audit_in(&mut tx, audit).await?;
             UserChange::Done
         } else {
             Self::why_unchanged(&mut tx, id).await?
@@ -166,7 +172,7 @@ where
         Ok(change)
     }
 
-    async fn delete_user(&self, id: UserId) -> Result<UserChange> {
+    async fn delete_user(&self, id: UserId, audit: Option<&AuditEntry>) -> Result<UserChange> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
         D::lock_users(&mut tx).await?;
@@ -178,6 +184,7 @@ where
         .execute(&mut *tx)
         .await?;
         let change = if done.rows_affected() == 1 {
+            Self::audit_in(&mut tx, audit).await?;
             UserChange::Done
         } else {
             match Self::why_unchanged(&mut tx, id).await? {

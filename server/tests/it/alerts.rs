@@ -99,7 +99,7 @@ on_both_backends! {
         let ops = server::ops::tenants::create_space(db.storage.as_ref(), "Operations", Plan::Enterprise)
             .await
             .unwrap();
-        db.storage.set_alert_space(Some(ops.space.id)).await.unwrap();
+        db.storage.set_alert_space(Some(ops.space.id), None).await.unwrap();
         let slack = Receiver::start().await;
         let client = reqwest::Client::new();
         let hook: Value = client
@@ -125,7 +125,7 @@ on_both_backends! {
                     space_id,
                     address: address.into(),
                     created_at: 0,
-                })
+                }, None)
                 .await
                 .unwrap();
         }
@@ -230,7 +230,7 @@ on_both_backends! {
             .unwrap();
         for (space_id, address) in [(Some(space), "owner@example.com"), (Some(other.space.id), "other@example.com")] {
             db.storage
-                .add_alert_email(&AlertEmail { id: AlertEmailId::new(), space_id, address: address.into(), created_at: 0 })
+                .add_alert_email(&AlertEmail { id: AlertEmailId::new(), space_id, address: address.into(), created_at: 0 }, None)
                 .await
                 .unwrap();
         }
@@ -244,7 +244,7 @@ on_both_backends! {
             created_at: server::clock::now_ms(),
             read_at: None,
         };
-        db.storage.create_alert_test(&n).await.unwrap();
+        db.storage.create_alert_test(&n, None).await.unwrap();
 
         let got = own.wait_for(1).await;
         let alert: Value = serde_json::from_str(&got[0].body).unwrap();

@@ -437,10 +437,10 @@ on_both_backends! {
         // The storage rule itself: the last active admin is neither disabled nor deleted.
         let last = db.storage.list_all_users().await.unwrap().into_iter().find(|u| u.disabled_at.is_none()).unwrap();
         let now = server::clock::now_ms();
-        assert_eq!(db.storage.set_user_disabled(last.id, Some(now)).await.unwrap(), UserChange::LastAdmin);
-        assert_eq!(db.storage.delete_user(last.id).await.unwrap(), UserChange::LastAdmin);
+        assert_eq!(db.storage.set_user_disabled(last.id, Some(now), None).await.unwrap(), UserChange::LastAdmin);
+        assert_eq!(db.storage.delete_user(last.id, None).await.unwrap(), UserChange::LastAdmin);
         let other = if last.id == first.id { second.id } else { first.id };
-        assert_eq!(db.storage.delete_user(other).await.unwrap(), UserChange::Done, "a disabled admin may go");
+        assert_eq!(db.storage.delete_user(other, None).await.unwrap(), UserChange::Done, "a disabled admin may go");
         app.stop().await;
     }
 }
@@ -480,7 +480,7 @@ on_both_backends! {
                     let (storage, start) = (db.storage.clone(), start.clone());
                     tokio::spawn(async move {
                         start.wait().await;
-                        storage.create_first_user(&u).await.unwrap()
+                        storage.create_first_user(&u, None).await.unwrap()
                     })
                 })
                 .collect();

@@ -38,7 +38,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         ordering: DeliveryOrdering::Unordered,
         headers: CustomHeaders::default(),
     };
-    s.create_destination(&d).await.unwrap();
+    s.create_destination(&d, None).await.unwrap();
     for i in 0..3 {
         let event = Event {
             id: EventId::new(),
@@ -105,6 +105,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         DestinationStatus::Inactive,
         Some("test"),
         now,
+        None,
     )
     .await
     .unwrap();

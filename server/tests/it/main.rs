@@ -4,6 +4,7 @@
 
 mod alerts;
 mod api;
+mod audit;
 mod bots;
 mod cli;
 mod console;

@@ -70,6 +70,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/projects/{project}/api-keys/{id}/revoke"),
     ("get", "/v1/projects/{project}/notifications"),
     ("post", "/v1/projects/{project}/notifications/{id}/read"),
+    ("get", "/v1/projects/{project}/audit-log"),
     ("post", "/v1/bot/channels/{channel_id}/messages"),
     ("post", "/hooks/{webhook_id}/{token}"),
     ("get", "/v1/openapi.json"),

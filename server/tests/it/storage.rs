@@ -16,7 +16,7 @@ async fn space(store: &dyn Storage, plan: Plan) -> Space {
         created_at: NOW,
         retention: None,
     };
-    store.create_space(&space).await.unwrap();
+    store.create_space(&space, None).await.unwrap();
     space
 }
 
@@ -83,14 +83,14 @@ on_both_backends! {
             last_used_at: None,
             revoked_at: None,
         };
-        store.create_api_key(&key, "hash-1").await.unwrap();
+        store.create_api_key(&key, "hash-1", None).await.unwrap();
         assert_eq!(store.find_api_key_by_hash("hash-1").await.unwrap(), key);
         assert!(matches!(store.find_api_key_by_hash("hash-2").await, Err(StorageError::NotFound)));
-        store.revoke_api_key(s.id, key.id, NOW + 1).await.unwrap();
+        store.revoke_api_key(s.id, key.id, NOW + 1, None).await.unwrap();
         assert!(matches!(store.find_api_key_by_hash("hash-1").await, Err(StorageError::NotFound)));
         assert_eq!(store.list_all_api_keys(s.id).await.unwrap()[0].revoked_at, Some(NOW + 1));
         // Revoking twice, or from another space, finds nothing.
-        assert!(matches!(store.revoke_api_key(s.id, key.id, NOW).await, Err(StorageError::NotFound)));
+        assert!(matches!(store.revoke_api_key(s.id, key.id, NOW, None).await, Err(StorageError::NotFound)));
         assert!(matches!(store.get_space(SpaceId::new()).await, Err(StorageError::NotFound)));
     }
 }
@@ -102,9 +102,9 @@ on_both_backends! {
         let b = space(store, Plan::Free).await;
         let general = |space_id| Channel { id: ChannelId::new(), space_id, name: "general".into(), created_at: NOW };
         let first = general(a.id);
-        store.create_channel(&first).await.unwrap();
-        assert!(matches!(store.create_channel(&general(a.id)).await, Err(StorageError::Conflict(_))));
-        store.create_channel(&general(b.id)).await.unwrap();
+        store.create_channel(&first, None).await.unwrap();
+        assert!(matches!(store.create_channel(&general(a.id), None).await, Err(StorageError::Conflict(_))));
+        store.create_channel(&general(b.id), None).await.unwrap();
         assert_eq!(store.get_channel(a.id, first.id).await.unwrap(), first);
         // A channel is not visible through another space.
         assert!(matches!(store.get_channel(b.id, first.id).await, Err(StorageError::NotFound)));
@@ -121,7 +121,7 @@ on_both_backends! {
         let other_type = destination(s.id, Some(&["user.joined"]), DestinationStatus::Active);
         let inactive = destination(s.id, Some(&["message.created"]), DestinationStatus::Inactive);
         for d in [&all, &matching, &other_type, &inactive] {
-            store.create_destination(d).await.unwrap();
+            store.create_destination(d, None).await.unwrap();
         }
         let e = event(s.id, "message.created");
         let published = store.publish_event(&e, NOW).await.unwrap();
@@ -159,7 +159,7 @@ on_both_backends! {
     async fn an_idempotency_key_returns_the_first_answer_and_creates_nothing(db) {
         let store = db.storage.as_ref();
         let s = space(store, Plan::Free).await;
-        store.create_destination(&destination(s.id, None, DestinationStatus::Active)).await.unwrap();
+        store.create_destination(&destination(s.id, None, DestinationStatus::Active), None).await.unwrap();
         let mut first = event(s.id, "order.paid");
         first.idempotency_key = Some("order-42".into());
         first.request_hash = "body-a".into();
@@ -217,8 +217,8 @@ on_both_backends! {
         let s = space(store, Plan::Free).await;
         let d1 = destination(s.id, None, DestinationStatus::Active);
         let d2 = destination(s.id, Some(&["b"]), DestinationStatus::Active);
-        store.create_destination(&d1).await.unwrap();
-        store.create_destination(&d2).await.unwrap();
+        store.create_destination(&d1, None).await.unwrap();
+        store.create_destination(&d2, None).await.unwrap();
         for t in ["a", "b", "a", "b", "a"] {
             store.publish_event(&event(s.id, t), NOW).await.unwrap();
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
@@ -273,11 +273,11 @@ on_both_backends! {
             created_at: NOW,
             disabled_at: None,
         };
-        store.create_user(&user).await.unwrap();
+        store.create_user(&user, None).await.unwrap();
         assert_eq!(store.find_user_by_email("ops@example.com").await.unwrap(), user);
         assert_eq!(store.get_user(user.id).await.unwrap(), user);
         let twin = User { id: UserId::new(), ..user.clone() };
-        assert!(matches!(store.create_user(&twin).await, Err(StorageError::Conflict(_))));
+        assert!(matches!(store.create_user(&twin, None).await, Err(StorageError::Conflict(_))));
         assert_eq!(store.count_users().await.unwrap(), 1);
         assert_eq!(store.list_all_users().await.unwrap(), vec![user]);
     }
@@ -304,14 +304,14 @@ on_both_backends! {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         assert_eq!(store.count_unread_notifications().await.unwrap(), 3);
-        store.mark_notification_read(made[1].id, NOW + 10).await.unwrap();
+        store.mark_notification_read(made[1].id, NOW + 10, None).await.unwrap();
         assert_eq!(store.count_unread_notifications().await.unwrap(), 2);
         let unread = store.list_notifications(true, Page::first(10)).await.unwrap();
         assert_eq!(unread.iter().map(|n| n.id).collect::<Vec<_>>(), vec![made[2].id, made[0].id]);
         let all = store.list_notifications(false, Page::first(10)).await.unwrap();
         assert_eq!(all.len(), 3);
         assert_eq!(all[1].read_at, Some(NOW + 10));
-        assert!(matches!(store.mark_notification_read(NotificationId::new(), NOW).await, Err(StorageError::NotFound)));
+        assert!(matches!(store.mark_notification_read(NotificationId::new(), NOW, None).await, Err(StorageError::NotFound)));
     }
 }
 
@@ -320,7 +320,7 @@ on_both_backends! {
         let store = db.storage.as_ref();
         let s = space(store, Plan::Enterprise).await;
         let channel = Channel { id: ChannelId::new(), space_id: s.id, name: "alerts".into(), created_at: NOW };
-        store.create_channel(&channel).await.unwrap();
+        store.create_channel(&channel, None).await.unwrap();
         let hook = IncomingWebhook {
             id: IncomingWebhookId::new(),
             space_id: s.id,
@@ -334,12 +334,12 @@ on_both_backends! {
             updated_at: NOW,
             disabled_at: None,
         };
-        store.create_incoming_webhook(&hook).await.unwrap();
+        store.create_incoming_webhook(&hook, None).await.unwrap();
         assert_eq!(store.get_incoming_webhook_by_id(hook.id).await.unwrap(), hook);
         assert_eq!(store.list_all_incoming_webhooks(s.id).await.unwrap(), vec![hook]);
 
         let bot = Bot { id: BotId::new(), space_id: s.id, name: "deploy-bot".into(), token_hash: "bh".into(), created_at: NOW, revoked_at: None };
-        store.create_bot(&bot).await.unwrap();
+        store.create_bot(&bot, None).await.unwrap();
         assert_eq!(store.find_bot_by_token_hash("bh").await.unwrap(), bot);
         assert!(matches!(store.find_bot_by_token_hash("nope").await, Err(StorageError::NotFound)));
         assert_eq!(store.list_all_bots(s.id).await.unwrap().len(), 1);
@@ -358,7 +358,7 @@ on_both_backends! {
     async fn a_group_of_publishes_commits_together_and_one_failure_spares_the_rest(db) {
         let store = db.storage.as_ref();
         let s = space(store, Plan::Free).await;
-        store.create_destination(&destination(s.id, None, DestinationStatus::Active)).await.unwrap();
+        store.create_destination(&destination(s.id, None, DestinationStatus::Active), None).await.unwrap();
         let first = {
             let mut e = event(s.id, "order.paid");
             e.idempotency_key = Some("k-1".into());
@@ -408,7 +408,7 @@ on_both_backends! {
         let store = db.storage.as_ref();
         let s = space(store, Plan::Free).await;
         let mut d = destination(s.id, Some(&["order.paid", "order.paid"]), DestinationStatus::Active);
-        store.create_destination(&d).await.unwrap();
+        store.create_destination(&d, None).await.unwrap();
         let fan_out = |published: Published| match published {
             Published::Created { destinations, .. } => destinations,
             other => panic!("expected a new event, got {other:?}"),
@@ -417,15 +417,15 @@ on_both_backends! {
         assert!(fan_out(store.publish_event(&event(s.id, "order.shipped"), NOW).await.unwrap()).is_empty());
 
         d.event_types = Some(vec!["order.shipped".into()]);
-        store.update_destination(&d).await.unwrap();
+        store.update_destination(&d, None).await.unwrap();
         assert!(fan_out(store.publish_event(&event(s.id, "order.paid"), NOW).await.unwrap()).is_empty());
         assert_eq!(fan_out(store.publish_event(&event(s.id, "order.shipped"), NOW).await.unwrap()), vec![d.id]);
 
         // `*` and no filter both take every type; in bulk too.
         d.event_types = Some(vec!["order.shipped".into(), "*".into()]);
-        store.update_destination(&d).await.unwrap();
+        store.update_destination(&d, None).await.unwrap();
         let every = destination(s.id, None, DestinationStatus::Active);
-        store.create_destination(&every).await.unwrap();
+        store.create_destination(&every, None).await.unwrap();
         let answers = store
             .publish_events(&[event(s.id, "anything"), event(s.id, "order.shipped")], NOW)
             .await
@@ -439,7 +439,7 @@ on_both_backends! {
         }
 
         // A deleted destination receives nothing.
-        store.delete_destination(s.id, every.id).await.unwrap();
+        store.delete_destination(s.id, every.id, None).await.unwrap();
         assert_eq!(fan_out(store.publish_event(&event(s.id, "anything"), NOW).await.unwrap()), vec![d.id]);
     }
 }

@@ -59,6 +59,10 @@ struct ApiKeyView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     key: Option<String>,
+    /// When the key last authenticated a request, to the minute (it is recorded at most
+    /// once a minute); `null` if it never has.
+    #[schema(required = true, format = DateTime)]
+    last_used_at: Option<String>,
 }
 
 impl From<&ApiKey> for ApiKeyView {
@@ -70,6 +74,7 @@ impl From<&ApiKey> for ApiKeyView {
             created_at: rfc3339(k.created_at),
             revoked_at: k.revoked_at.map(rfc3339),
             key: None,
+            last_used_at: k.last_used_at.map(rfc3339),
         }
     }
 }
@@ -100,8 +105,14 @@ async fn create(
     ApiJson(body): ApiJson<CreateBody>,
 ) -> Result<(StatusCode, Json<ApiKeyView>), ApiError> {
     let space_id = caller.space(&project)?;
-    let (key, minted) =
-        credentials::create_api_key(state.storage.as_ref(), space_id, &body.name, now_ms()).await?;
+    let (key, minted) = credentials::create_api_key(
+        state.storage.as_ref(),
+        space_id,
+        &body.name,
+        now_ms(),
+        Some(&caller.author()),
+    )
+    .await?;
     let mut view = ApiKeyView::from(&key);
     view.key = Some(minted.secret);
     Ok((StatusCode::CREATED, Json(view)))
@@ -155,6 +166,13 @@ async fn revoke(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let space_id = caller.space(&project)?;
-    credentials::revoke_api_key(state.storage.as_ref(), space_id, &id, now_ms()).await?;
+    credentials::revoke_api_key(
+        state.storage.as_ref(),
+        space_id,
+        &id,
+        now_ms(),
+        &caller.author(),
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }

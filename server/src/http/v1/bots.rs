@@ -99,7 +99,12 @@ async fn create(
 ) -> Result<(StatusCode, Json<BotView>), ApiError> {
     let space_id = caller.space(&project)?;
     let (bot, minted) = credentials::new_bot(space_id, &body.name, now_ms())?;
-    state.storage.create_bot(&bot).await?;
+    let audit = caller.audit(
+        AuditAction::BotCreate,
+        bot.id,
+        serde_json::json!({ "name": bot.name }),
+    );
+    state.storage.create_bot(&bot, Some(&audit)).await?;
     let mut v = BotView::from(&bot);
     v.token = Some(minted.secret);
     Ok((StatusCode::CREATED, Json(v)))
@@ -184,6 +189,13 @@ async fn revoke(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<Json<BotView>, ApiError> {
     let space_id = caller.space(&project)?;
-    let bot = credentials::revoke_bot(state.storage.as_ref(), space_id, &id, now_ms()).await?;
+    let bot = credentials::revoke_bot(
+        state.storage.as_ref(),
+        space_id,
+        &id,
+        now_ms(),
+        &caller.author(),
+    )
+    .await?;
     Ok(Json(BotView::from(&bot)))
 }

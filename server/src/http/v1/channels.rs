@@ -135,7 +135,12 @@ async fn create(
         name: check_name(NameKind::Channel, &body.name)?,
         created_at: now_ms(),
     };
-    match state.storage.create_channel(&channel).await {
+    let audit = caller.audit(
+        AuditAction::ChannelCreate,
+        channel.id,
+        serde_json::Value::Null,
+    );
+    match state.storage.create_channel(&channel, Some(&audit)).await {
         Ok(()) => Ok((StatusCode::CREATED, Json(ChannelView::from(&channel)))),
         Err(StorageError::Conflict(_)) => Err(name_taken(&channel.name)),
         Err(e) => Err(e.into()),
@@ -194,9 +199,14 @@ async fn rename(
     let space_id = caller.space(&project)?;
     let mut channel = find_channel(&state, space_id, &id).await?;
     let name = check_name(NameKind::Channel, &body.name)?;
+    let audit = caller.audit(
+        AuditAction::ChannelRename,
+        channel.id,
+        serde_json::json!({ "name": name }),
+    );
     match state
         .storage
-        .rename_channel(space_id, channel.id, &name)
+        .rename_channel(space_id, channel.id, &name, Some(&audit))
         .await
     {
         Ok(()) => {
@@ -233,7 +243,16 @@ async fn remove(
     let space_id = caller.space(&project)?;
     let not_found = || ApiError::NotFound(format!("no channel {id:?}"));
     let channel_id: ChannelId = id.parse().map_err(|_| not_found())?;
-    match state.storage.delete_channel(space_id, channel_id).await {
+    let audit = caller.audit(
+        AuditAction::ChannelDelete,
+        channel_id,
+        serde_json::Value::Null,
+    );
+    match state
+        .storage
+        .delete_channel(space_id, channel_id, Some(&audit))
+        .await
+    {
         Ok(()) => Ok(StatusCode::NO_CONTENT),
         Err(StorageError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),

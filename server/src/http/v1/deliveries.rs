@@ -18,6 +18,7 @@ use crate::clock::now_ms;
 use crate::domain::*;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::http::AppState;
+use crate::ops::audit;
 use crate::ops::replay::{self, Replay};
 use crate::storage::{BulkOutcome, DeliveryFilter, StorageError};
 
@@ -154,6 +155,13 @@ fn bulk_item(id: String, outcome: BulkOutcome, cancelling: bool) -> BulkItem {
 }
 
 /// Parses the chosen IDs; unknown or malformed ones are reported, never dropped.
+/// The audit detail of a resend or cancel of chosen deliveries: the IDs asked for (the
+/// count is filled in by storage with those it changed).
+fn chosen_detail(ids: &[DeliveryId]) -> serde_json::Value {
+    let ids: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    audit::ids_detail(0, &ids)
+}
+
 fn chosen(body: ChosenBody) -> Result<(Vec<DeliveryId>, Vec<BulkItem>), ApiError> {
     if body.delivery_ids.is_empty() || body.delivery_ids.len() > MAX_CHOSEN {
         return Err(ApiError::invalid(
@@ -197,9 +205,14 @@ async fn resend_one(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<(StatusCode, Json<DeliveryView>), ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
+    let audit = caller.audit(
+        AuditAction::DeliveriesResend,
+        d.id,
+        audit::ids_detail(0, &[d.id.to_string()]),
+    );
     let outcome = state
         .storage
-        .resend_deliveries(d.space_id, &[d.id], now_ms())
+        .resend_deliveries(d.space_id, &[d.id], now_ms(), Some(&audit))
         .await?;
     match outcome.first().map(|(_, o)| *o) {
         Some(BulkOutcome::Resent(new)) => {
@@ -247,9 +260,10 @@ async fn resend_many(
 ) -> Result<Json<BulkAnswer>, ApiError> {
     let space_id = caller.space(&project)?;
     let (ids, mut results) = chosen(body)?;
+    let audit = caller.audit(AuditAction::DeliveriesResend, "", chosen_detail(&ids));
     let outcomes = state
         .storage
-        .resend_deliveries(space_id, &ids, now_ms())
+        .resend_deliveries(space_id, &ids, now_ms(), Some(&audit))
         .await?;
     let resent = outcomes
         .iter()
@@ -312,9 +326,17 @@ async fn resend_failed(
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Result<Json<ResendFailedAnswer>, ApiError> {
     let filter = replay_of(&state, &caller, &project, body).await?;
+    let audit = caller.audit(
+        AuditAction::DeliveriesResendFailed,
+        filter
+            .destination_id
+            .map(|d| d.to_string())
+            .unwrap_or_default(),
+        audit::bulk_detail(0, audit::delivery_filter_detail(&filter)),
+    );
     let done = state
         .storage
-        .resend_failed(&filter, MAX_RESEND_FAILED, now_ms())
+        .resend_failed(&filter, MAX_RESEND_FAILED, now_ms(), Some(&audit))
         .await?;
     if done.resent > 0 {
         state.engine.wake();
@@ -450,9 +472,14 @@ async fn cancel_one(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<Json<DeliveryView>, ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
+    let audit = caller.audit(
+        AuditAction::DeliveriesCancel,
+        d.id,
+        audit::ids_detail(0, &[d.id.to_string()]),
+    );
     let outcome = state
         .storage
-        .cancel_deliveries(d.space_id, &[d.id], now_ms())
+        .cancel_deliveries(d.space_id, &[d.id], now_ms(), Some(&audit))
         .await?;
     match outcome.first().map(|(_, o)| *o) {
         Some(BulkOutcome::Cancelled) => Ok(Json(DeliveryView::from(
@@ -495,9 +522,10 @@ async fn cancel_many(
 ) -> Result<Json<BulkAnswer>, ApiError> {
     let space_id = caller.space(&project)?;
     let (ids, mut results) = chosen(body)?;
+    let audit = caller.audit(AuditAction::DeliveriesCancel, "", chosen_detail(&ids));
     let outcomes = state
         .storage
-        .cancel_deliveries(space_id, &ids, now_ms())
+        .cancel_deliveries(space_id, &ids, now_ms(), Some(&audit))
         .await?;
     let cancelled = outcomes
         .iter()
@@ -551,7 +579,7 @@ struct ListQuery {
     cursor: Option<String>,
 }
 
-fn parse_time(name: &str, s: &str) -> Result<UnixMs, ApiError> {
+pub(super) fn parse_time(name: &str, s: &str) -> Result<UnixMs, ApiError> {
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);
     }
@@ -565,7 +593,10 @@ fn parse_time(name: &str, s: &str) -> Result<UnixMs, ApiError> {
         })
 }
 
-fn filter_value<T: std::str::FromStr>(name: &str, v: Option<String>) -> Result<Option<T>, ApiError>
+pub(super) fn filter_value<T: std::str::FromStr>(
+    name: &str,
+    v: Option<String>,
+) -> Result<Option<T>, ApiError>
 where
     T::Err: std::fmt::Display,
 {

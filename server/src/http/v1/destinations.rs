@@ -209,7 +209,11 @@ async fn create(
             .map(|h| HeaderChanges::Merge(h.into_iter().map(|(n, v)| (n, Some(v))).collect())),
     };
     let destination = destinations::create(space_id, settings, now_ms(), &state.sandbox).await?;
-    state.storage.create_destination(&destination).await?;
+    let audit = caller.audit(AuditAction::DestinationCreate, destination.id, Value::Null);
+    state
+        .storage
+        .create_destination(&destination, Some(&audit))
+        .await?;
     let mut v = view(&destination);
     v.secret = Some(destination.secret.clone());
     Ok((StatusCode::CREATED, Json(v)))
@@ -335,7 +339,8 @@ async fn update(
             .map(|h| HeaderChanges::Merge(h.into_iter().collect())),
     };
     destinations::apply(&mut d, changes, now_ms(), &state.sandbox).await?;
-    state.storage.update_destination(&d).await?;
+    let audit = caller.audit(AuditAction::DestinationUpdate, d.id, Value::Null);
+    state.storage.update_destination(&d, Some(&audit)).await?;
     Ok(Json(view(&d)))
 }
 
@@ -359,7 +364,11 @@ async fn remove(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let d = find(&state, &caller, &project, &id).await?;
-    state.storage.delete_destination(d.space_id, d.id).await?;
+    let audit = caller.audit(AuditAction::DestinationDelete, d.id, Value::Null);
+    state
+        .storage
+        .delete_destination(d.space_id, d.id, Some(&audit))
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -371,6 +380,11 @@ async fn set_status(
     status: DestinationStatus,
 ) -> Result<Json<DestinationView>, ApiError> {
     let d = find(state, caller, project, id).await?;
+    let action = match status {
+        DestinationStatus::Active => AuditAction::DestinationEnable,
+        DestinationStatus::Inactive => AuditAction::DestinationDisable,
+    };
+    let audit = caller.audit(action, d.id, Value::Null);
     let updated = state
         .storage
         .set_destination_status(
@@ -379,6 +393,7 @@ async fn set_status(
             status,
             Some("disabled through the API"),
             now_ms(),
+            Some(&audit),
         )
         .await?;
     if status == DestinationStatus::Active {
@@ -453,7 +468,8 @@ async fn rotate_secret(
 ) -> Result<Json<DestinationView>, ApiError> {
     let mut d = find(&state, &caller, &project, &id).await?;
     destinations::rotate_secret(&mut d, now_ms());
-    state.storage.update_destination(&d).await?;
+    let audit = caller.audit(AuditAction::DestinationRotateSecret, d.id, Value::Null);
+    state.storage.update_destination(&d, Some(&audit)).await?;
     let mut v = view(&d);
     v.secret = Some(d.secret.clone());
     v.previous_secret_expires_at = d.previous_secret_expires_at.map(rfc3339);

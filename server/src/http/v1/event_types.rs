@@ -178,7 +178,12 @@ async fn create(
         deprecated: body.deprecated,
     };
     let t = event_types::create(space_id, new, now_ms())?;
-    match state.storage.create_event_type(&t).await {
+    let audit = caller.audit(
+        AuditAction::EventTypeCreate,
+        t.id,
+        serde_json::json!({ "name": t.name }),
+    );
+    match state.storage.create_event_type(&t, Some(&audit)).await {
         Ok(()) => Ok((StatusCode::CREATED, Json(EventTypeView::from(&t)))),
         Err(StorageError::Conflict(_)) => Err(ApiError::Conflict {
             code: "event_type_exists",
@@ -298,6 +303,11 @@ async fn update(
         deprecated: body.deprecated,
     };
     event_types::apply(&mut t, changes, now_ms())?;
-    state.storage.update_event_type(&t).await?;
+    let audit = caller.audit(
+        AuditAction::EventTypeUpdate,
+        t.id,
+        serde_json::json!({ "name": t.name }),
+    );
+    state.storage.update_event_type(&t, Some(&audit)).await?;
     Ok(Json(EventTypeView::from(&t)))
 }

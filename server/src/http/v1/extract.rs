@@ -8,10 +8,17 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use serde::de::DeserializeOwned;
 
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::ConnectInfo;
+use serde_json::Value;
+
 use crate::auth;
-use crate::domain::{ApiKey, SpaceId};
+use crate::clock::now_ms;
+use crate::domain::{ApiKey, ApiKeyId, AuditAction, AuditEntry, SpaceId};
 use crate::http::error::ApiError;
 use crate::http::AppState;
+use crate::ops::audit::Author;
 use crate::ops::names::{self, NameKind};
 use crate::storage::StorageError;
 
@@ -20,6 +27,8 @@ use crate::storage::StorageError;
 pub struct Caller {
     pub space_id: SpaceId,
     pub key: ApiKey,
+    /// The TCP peer's address (`ConnectInfo`), never a header the client sent.
+    pub source: Option<IpAddr>,
 }
 
 impl Caller {
@@ -30,6 +39,22 @@ impl Caller {
             Ok(id) if id == self.space_id => Ok(id),
             _ => Err(ApiError::NotFound(format!("no project {project:?}"))),
         }
+    }
+
+    /// Who the audit log names for this request's changes: the key (docs D14).
+    pub fn author(&self) -> Author {
+        Author::api_key(self.key.id, self.source)
+    }
+
+    /// The audit entry of `action` on `target_id` in the key's space, now.
+    pub fn audit(
+        &self,
+        action: AuditAction,
+        target_id: impl ToString,
+        detail: Value,
+    ) -> AuditEntry {
+        self.author()
+            .entry(action, Some(self.space_id), target_id, detail, now_ms())
     }
 }
 
@@ -52,14 +77,39 @@ impl FromRequestParts<AppState> for Caller {
             .find_api_key_by_hash(&auth::hash_token(token))
             .await
         {
-            Ok(key) => Ok(Caller {
-                space_id: key.space_id,
-                key,
-            }),
+            Ok(key) => {
+                remember_use(state, key.id);
+                let source = parts
+                    .extensions
+                    .get::<ConnectInfo<SocketAddr>>()
+                    .map(|ConnectInfo(peer)| peer.ip());
+                Ok(Caller {
+                    space_id: key.space_id,
+                    key,
+                    source,
+                })
+            }
             Err(StorageError::NotFound) => Err(ApiError::Unauthorized),
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Records the key's use (`api_keys.last_used_at`) at most once an interval per key and
+/// process ([`KeyUse`](crate::ops::audit::KeyUse)), off the request's path: spawned, a failure logged, never the
+/// request's.
+fn remember_use(state: &AppState, key: ApiKeyId) {
+    let now = now_ms();
+    if !state.key_use.take(key, now) {
+        return;
+    }
+    let storage = state.storage.clone();
+    let interval = state.key_use.interval_ms;
+    tokio::spawn(async move {
+        if let Err(error) = storage.touch_api_key(key, now, interval).await {
+            tracing::warn!(%error, key.id = %key, "could not record an API key's use");
+        }
+    });
 }
 
 /// `Json<T>` whose rejections are [`ApiError`]s: 400 malformed, 415 wrong content

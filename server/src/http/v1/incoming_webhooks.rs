@@ -226,7 +226,15 @@ async fn create(
         updated_at: now,
         disabled_at: None,
     };
-    state.storage.create_incoming_webhook(&webhook).await?;
+    let audit = caller.audit(
+        AuditAction::IncomingWebhookCreate,
+        webhook.id,
+        serde_json::json!({ "name": webhook.name, "channelId": webhook.channel_id.to_string() }),
+    );
+    state
+        .storage
+        .create_incoming_webhook(&webhook, Some(&audit))
+        .await?;
     let mut v = view(&webhook, rate_of(&state, space_id).await?);
     v.url = Some(
         state
@@ -332,9 +340,14 @@ async fn remove(
     Path((project, id)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     let w = find(&state, &caller, &project, &id).await?;
+    let audit = caller.audit(
+        AuditAction::IncomingWebhookDelete,
+        w.id,
+        serde_json::Value::Null,
+    );
     state
         .storage
-        .delete_incoming_webhook(w.space_id, w.id)
+        .delete_incoming_webhook(w.space_id, w.id, Some(&audit))
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -347,9 +360,14 @@ async fn set_status(
     status: IncomingWebhookStatus,
 ) -> Result<Json<WebhookView>, ApiError> {
     let w = find(state, caller, project, id).await?;
+    let action = match status {
+        IncomingWebhookStatus::Active => AuditAction::IncomingWebhookEnable,
+        IncomingWebhookStatus::Disabled => AuditAction::IncomingWebhookDisable,
+    };
+    let audit = caller.audit(action, w.id, serde_json::Value::Null);
     let updated = state
         .storage
-        .set_incoming_webhook_status(w.space_id, w.id, status, now_ms())
+        .set_incoming_webhook_status(w.space_id, w.id, status, now_ms(), Some(&audit))
         .await?;
     Ok(Json(view(&updated, rate_of(state, w.space_id).await?)))
 }

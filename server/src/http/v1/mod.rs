@@ -8,6 +8,7 @@ use axum::Router;
 use crate::http::AppState;
 
 pub mod api_keys;
+pub mod audit;
 pub mod bot;
 pub mod bots;
 pub mod channels;
@@ -38,6 +39,7 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
         .merge(notifications::router())
         .merge(openapi::router())
         .merge(projects::router())
+        .merge(audit::router())
         .fallback(super::error::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
 }

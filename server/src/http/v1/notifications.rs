@@ -139,9 +139,10 @@ async fn mark_read(
     let space_id = caller.space(&project)?;
     let not_found = || ApiError::NotFound(format!("no notification {id:?}"));
     let nid: NotificationId = id.parse().map_err(|_| not_found())?;
+    let audit = caller.audit(AuditAction::NotificationRead, nid, serde_json::Value::Null);
     match state
         .storage
-        .mark_space_notification_read(space_id, nid, now_ms())
+        .mark_space_notification_read(space_id, nid, now_ms(), Some(&audit))
         .await
     {
         Ok(()) => Ok(StatusCode::NO_CONTENT),

@@ -24,7 +24,7 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr};
 use utoipa::{Modify, OpenApi, PartialSchema, ToResponse, ToSchema};
 
 use super::{api_keys, bot, bots, channels, deliveries, destinations, event_types, events};
-use super::{incoming_webhooks, notifications, projects};
+use super::{audit, incoming_webhooks, notifications, projects};
 use crate::domain::*;
 use crate::http::error::ErrorBody;
 use crate::http::hooks;
@@ -107,6 +107,7 @@ pub fn router() -> Router<AppState> {
         super::docs::page,
         projects::read,
         projects::update,
+        audit::list,
     ),
     components(
         schemas(ErrorBody),
@@ -144,6 +145,8 @@ pub fn router() -> Router<AppState> {
         (name = "Reference", description = "This document, as JSON and as a page."),
         (name = "Projects", description = "The project itself: its plan and how long its \
             finished deliveries, their attempts and events are kept (its retention)."),
+        (name = "Audit log", description = "Who changed what in the project, and when: every \
+            change made through the REST API or the console."),
     )
 )]
 struct ApiDoc;
@@ -391,6 +394,7 @@ id_schemas! {
     ApiKeyId => "an API key",
     NotificationId => "a notification",
     EventTypeId => "a catalogued event type",
+    AuditId => "an audit entry",
 }
 
 /// A closed set of strings, listed from the type's own `ALL`.
@@ -426,6 +430,8 @@ enum_schemas! {
     DeliveryOrdering => "`fifo`: one attempt at a time, in the events' publish order; a \
         delivery waits while an earlier event's delivery to the destination is pending or \
         retrying (a failed or cancelled one does not hold it up). `none`: side by side.",
+    AuditAction => "What a change did: the kind of thing changed, a dot, and what was done to it.",
+    ActorKind => "Who made a change: a console `user` or an `api_key`.",
 }
 
 impl PartialSchema for RateLimit {

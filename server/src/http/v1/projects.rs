@@ -128,7 +128,7 @@ async fn update(
         None => state.storage.get_space(space_id).await?,
         Some(raw) => {
             let chosen = raw.as_deref().map(retention::parse).transpose()?;
-            retention::set(state.storage.as_ref(), space_id, chosen).await?
+            retention::set(state.storage.as_ref(), space_id, chosen, &caller.author()).await?
         }
     };
     Ok(Json(view(&space, &state)))
