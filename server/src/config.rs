@@ -39,6 +39,9 @@ pub struct Config {
     pub limits: LimitsConfig,
     /// Where tenants' programs run (`[sandbox]`, or `PARTYFLOW_SANDBOX__…`).
     pub sandbox: crate::sandbox::Settings,
+    /// Where Prometheus scrapes `GET /metrics` (`PARTYFLOW_METRICS_LISTEN`); its own
+    /// address, never the public one; empty turns the metrics listener off.
+    pub metrics_listen: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -148,6 +151,7 @@ impl Default for Config {
             dispatch: DispatchConfig::default(),
             limits: LimitsConfig::default(),
             sandbox: crate::sandbox::Settings::default(),
+            metrics_listen: "127.0.0.1:9464".into(),
         }
     }
 }
@@ -214,6 +218,19 @@ impl Config {
             return Ok(PublicUrl::for_listener(listening));
         }
         PublicUrl::parse(&self.public_url).map_err(|e| anyhow::anyhow!("PARTYFLOW_PUBLIC_URL: {e}"))
+    }
+
+    /// The metrics listener's address; `None` when `metrics_listen` is empty (off).
+    pub fn metrics_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        let raw = self.metrics_listen.trim();
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        raw.parse().map(Some).map_err(|e| {
+            anyhow::anyhow!(
+                "PARTYFLOW_METRICS_LISTEN: {raw:?} is not an address such as 127.0.0.1:9464 ({e})"
+            )
+        })
     }
 
     /// Reads the configuration from the file and the process environment.
@@ -323,6 +340,31 @@ mod tests {
         };
         let err = bad.resolve_public_url(bound).unwrap_err().to_string();
         assert!(err.starts_with("PARTYFLOW_PUBLIC_URL: "), "{err}");
+    }
+
+    #[test]
+    fn the_metrics_listener_is_on_by_default_and_off_when_empty() {
+        assert_eq!(
+            Config::default().metrics_addr().unwrap(),
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        let off = Config {
+            metrics_listen: " ".into(),
+            ..Config::default()
+        };
+        assert_eq!(off.metrics_addr().unwrap(), None);
+        let bad = Config {
+            metrics_listen: "localhost".into(),
+            ..Config::default()
+        };
+        let err = bad.metrics_addr().unwrap_err().to_string();
+        assert!(err.starts_with("PARTYFLOW_METRICS_LISTEN: "), "{err}");
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("PARTYFLOW_METRICS_LISTEN", "");
+            let config: Config = Config::figment("none.toml").extract()?;
+            assert_eq!(config.metrics_addr().unwrap(), None);
+            Ok(())
+        });
     }
 
     #[test]

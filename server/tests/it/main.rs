@@ -19,6 +19,7 @@ mod hostile;
 mod incoming;
 mod limits;
 mod listing;
+mod metrics;
 mod moving;
 mod openapi;
 mod outage;
