@@ -20,6 +20,9 @@ pub fn router(max_body_bytes: usize) -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        // Metrics live on their own listener (`metrics_listen`), never here: a plain 404,
+        // not the console's page.
+        .route("/metrics", axum::routing::any(error::not_found))
         .merge(hooks::router().layer(axum::extract::DefaultBodyLimit::max(max_body_bytes)))
         .nest("/v1", v1::router(max_body_bytes))
         .method_not_allowed_fallback(error::method_not_allowed)

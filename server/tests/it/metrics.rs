@@ -32,8 +32,29 @@ async fn scrape_text(app: &TestApp) -> String {
     resp.text().await.unwrap()
 }
 
+/// Parses a scrape. `prometheus-parse` reads a sample's labels up to the first `}`, so the
+/// braces inside quoted label values (route templates: `/v1/projects/{project}/events`)
+/// are swapped for `⟨` `⟩` first ([`braces`]); the text itself is left to promtool.
 fn parse(text: &str) -> Scrape {
-    Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).expect("a valid Prometheus text scrape")
+    let mut quoted = false;
+    let safe: String = text
+        .chars()
+        .map(|c| match c {
+            '"' => {
+                quoted = !quoted;
+                c
+            }
+            '{' if quoted => '⟨',
+            '}' if quoted => '⟩',
+            _ => c,
+        })
+        .collect();
+    Scrape::parse(safe.lines().map(|l| Ok(l.to_owned()))).expect("a valid Prometheus text scrape")
+}
+
+/// A label value as [`parse`] keeps it.
+fn braces(value: &str) -> String {
+    value.replace('{', "⟨").replace('}', "⟩")
 }
 
 /// The samples of `name` whose labels include every pair of `labels`.
@@ -41,14 +62,25 @@ fn matching<'a>(s: &'a Scrape, name: &str, labels: &[(&str, &str)]) -> Vec<&'a S
     s.samples
         .iter()
         .filter(|x| x.metric == name)
-        .filter(|x| labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)))
+        .filter(|x| {
+            labels
+                .iter()
+                .all(|(k, v)| x.labels.get(k) == Some(braces(v).as_str()))
+        })
         .collect()
 }
 
 /// The one value of a counter or gauge (the sum over the matching series).
 fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     let found = matching(s, name, labels);
-    assert!(!found.is_empty(), "no {name}{labels:?} in the scrape");
+    let there: Vec<String> = matching(s, name, &[])
+        .iter()
+        .map(|x| x.labels.to_string())
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "no {name}{labels:?} in the scrape; it has {there:?}"
+    );
     found
         .iter()
         .map(|x| match &x.value {
@@ -149,7 +181,8 @@ fn rule_exprs() -> Vec<String> {
 }
 
 /// Publishes one event to three destinations — one answers 200, one 503 (one attempt
-/// allowed), one 404 — and waits for the three deliveries to finish.
+/// allowed), one 404 — and waits for the three deliveries to finish; then one request
+/// each to an unknown incoming webhook and the bot API with a wrong token (both 401).
 async fn traffic(app: &TestApp, rx: &Receiver) -> String {
     rx.reply_at("/busy", Reply::status(503));
     rx.reply_at("/gone", Reply::status(404));
@@ -167,37 +200,40 @@ async fn traffic(app: &TestApp, rx: &Receiver) -> String {
         .then_some(())
     })
     .await;
+    // An incoming webhook and a bot that do not exist: their requests are counted too.
+    let client = reqwest::Client::new();
+    let hook = client
+        .post(app.url("/hooks/iwh_01jd0000000000000000000000/pfh_nope"))
+        .json(&json!({"text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(hook.status(), 401);
+    let bot = client
+        .post(app.url("/v1/bot/channels/chn_01jd0000000000000000000000/messages"))
+        .header("authorization", "Bot pfb_nope")
+        .json(&json!({"text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bot.status(), 401);
     event
 }
 
 on_both_backends! {
     async fn the_metrics_listener_counts_deliveries_attempts_and_requests_without_tenant_labels(db) {
         let app = app_with_metrics(&db).await;
-        // Before any traffic the engine's series are there already, at 0.
+        // Before any traffic the engine's series are there already (at 0 in a process of its own).
         let before = parse(&scrape_text(&app).await);
-        assert_eq!(value(&before, "partyflow_deliveries_finished_total", &[("outcome", "succeeded")]), 0.0);
+        value(&before, "partyflow_deliveries_finished_total", &[("outcome", "succeeded")]);
         let rx = Receiver::start().await;
         traffic(&app, &rx).await;
-        // An incoming webhook and a bot that do not exist: their requests are counted too.
         let client = reqwest::Client::new();
-        let hook = client
-            .post(app.url("/hooks/iwh_01jd0000000000000000000000/pfh_nope"))
-            .json(&json!({"text": "hi"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(hook.status(), 401);
-        let bot = client
-            .post(app.url("/v1/bot/channels/chn_01jd0000000000000000000000/messages"))
-            .header("authorization", "Bot pfb_nope")
-            .json(&json!({"text": "hi"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(bot.status(), 401);
         // The public listener never serves the metrics.
         let public = client.get(app.url("/metrics")).send().await.unwrap();
         assert_eq!(public.status(), 404);
+        let unknown = client.get(app.url("/v1/nope-42")).send().await.unwrap();
+        assert_eq!(unknown.status(), 404);
 
         let text = scrape_text(&app).await;
         let s = parse(&text);
@@ -235,7 +271,14 @@ on_both_backends! {
             "partyflow_http_request_duration_seconds",
             &[("method", "POST"), ("route", "/v1/projects/{project}/events")]
         ) >= 1.0);
-        at_least("partyflow_http_requests_total", &[("route", "unmatched"), ("status", "404")], 1.0);
+        // The public /metrics and an unknown path: counted, never under the raw path.
+        at_least("partyflow_http_requests_total", &[("status", "404")], 2.0);
+        assert!(
+            matching(&s, "partyflow_http_requests_total", &[])
+                .iter()
+                .all(|x| !x.labels.get("route").unwrap_or("").contains("nope")),
+            "a raw path became a route label"
+        );
         at_least("partyflow_db_pool_connections", &[("pool", "main"), ("state", "idle")], 0.0);
         at_least("partyflow_db_pool_max_connections", &[("pool", "main")], 1.0);
         assert_eq!(value(&s, "partyflow_ready", &[]), 1.0);
@@ -245,7 +288,7 @@ on_both_backends! {
         let space = app.space.clone().unwrap();
         for sample in &s.samples {
             for (k, v) in sample.labels.iter() {
-                let tenant = ["spc_", "dst_", "evt_", "dlv_", "iwh_", "chn_", "bot_", "key_", "http", "127.0.0.1"]
+                let tenant = ["spc_", "dst_", "evt_", "dlv_", "iwh_", "chn_", "bot_", "key_", "http://", "https://", "127.0.0.1"]
                     .iter()
                     .any(|p| v.contains(p))
                     || v.contains(&space)
