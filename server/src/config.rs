@@ -45,6 +45,9 @@ pub struct Config {
     /// How long records are kept and how often they are purged (`[retention]`, or
     /// `PARTYFLOW_RETENTION__…`; docs D10).
     pub retention: RetentionConfig,
+    /// Where Prometheus scrapes `GET /metrics` (`PARTYFLOW_METRICS_LISTEN`); its own
+    /// address, never the public one; empty turns the metrics listener off.
+    pub metrics_listen: String,
 }
 
 /// Alerts (docs D16): the SMTP server that e-mails them, and the relay's pace.
@@ -248,6 +251,7 @@ impl Default for Config {
             sandbox: crate::sandbox::Settings::default(),
             alerts: AlertsConfig::default(),
             retention: RetentionConfig::default(),
+            metrics_listen: "127.0.0.1:9464".into(),
         }
     }
 }
@@ -314,6 +318,19 @@ impl Config {
             return Ok(PublicUrl::for_listener(listening));
         }
         PublicUrl::parse(&self.public_url).map_err(|e| anyhow::anyhow!("PARTYFLOW_PUBLIC_URL: {e}"))
+    }
+
+    /// The metrics listener's address; `None` when `metrics_listen` is empty (off).
+    pub fn metrics_addr(&self) -> anyhow::Result<Option<SocketAddr>> {
+        let raw = self.metrics_listen.trim();
+        if raw.is_empty() {
+            return Ok(None);
+        }
+        raw.parse().map(Some).map_err(|e| {
+            anyhow::anyhow!(
+                "PARTYFLOW_METRICS_LISTEN: {raw:?} is not an address such as 127.0.0.1:9464 ({e})"
+            )
+        })
     }
 
     /// Reads the configuration from the file and the process environment.
@@ -451,6 +468,26 @@ mod tests {
             // The key, as the environment spells it: `RETENTION.PRO`.
             assert!(err.to_lowercase().contains("retention.pro"), "{err}");
             assert!(err.contains("thirty days"), "{err}");
+    fn the_metrics_listener_is_on_by_default_and_off_when_empty() {
+        assert_eq!(
+            Config::default().metrics_addr().unwrap(),
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        let off = Config {
+            metrics_listen: " ".into(),
+            ..Config::default()
+        };
+        assert_eq!(off.metrics_addr().unwrap(), None);
+        let bad = Config {
+            metrics_listen: "localhost".into(),
+            ..Config::default()
+        };
+        let err = bad.metrics_addr().unwrap_err().to_string();
+        assert!(err.starts_with("PARTYFLOW_METRICS_LISTEN: "), "{err}");
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("PARTYFLOW_METRICS_LISTEN", "");
+            let config: Config = Config::figment("none.toml").extract()?;
+            assert_eq!(config.metrics_addr().unwrap(), None);
             Ok(())
         });
     }

@@ -11,6 +11,8 @@
 //! - [`console`]: what the Leptos console needs from the server (sessions, the console port).
 //! - [`sandbox`]: the worker processes that run tenants' jq programs under memory and CPU limits.
 //! - [`retention`]: the background purge of what is no longer kept (docs D10).
+//! - [`metrics`]: every Prometheus metric's name, description and labels, and the
+//!   functions that record them (served by `http::metrics` on its own listener).
 //! - [`startup`]: wires it all together and serves until a shutdown signal.
 //! - [`cli`]: the `partyflow` command line.
 //! - `testkit` (feature `testkit`): what the test suites share (fresh databases, the
@@ -25,6 +27,7 @@ pub mod console;
 pub mod dispatch;
 pub mod domain;
 pub mod http;
+pub mod metrics;
 pub mod ops;
 pub mod retention;
 pub mod sandbox;

@@ -29,6 +29,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
+    let metrics = bind_metrics(&config).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn({
         let shutdown = shutdown.clone();
@@ -38,17 +39,43 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             shutdown.cancel();
         }
     });
-    run(config, db, listener, shutdown).await
+    run_with_metrics(config, db, listener, metrics, shutdown).await
 }
 
-/// Serves on `listener` until `shutdown` is cancelled, then finishes in-flight requests.
+/// The metrics listener of `config.metrics_listen`, bound; `None` when it is off.
+pub async fn bind_metrics(config: &Config) -> anyhow::Result<Option<TcpListener>> {
+    let Some(addr) = config.metrics_addr()? else {
+        return Ok(None);
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("listening for metrics on {addr} (PARTYFLOW_METRICS_LISTEN)"))?;
+    Ok(Some(listener))
+}
+
+/// Serves on `listener` until `shutdown` is cancelled, then finishes in-flight requests;
+/// the metrics listener is bound from `config.metrics_listen`.
 pub async fn run(
     config: Config,
     db: storage::Connected,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    let metrics = bind_metrics(&config).await?;
+    run_with_metrics(config, db, listener, metrics, shutdown).await
+}
+
+/// [`run`] with the metrics listener already bound (`None`: no metrics listener).
+pub async fn run_with_metrics(
+    config: Config,
+    db: storage::Connected,
+    listener: TcpListener,
+    metrics: Option<TcpListener>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
+    // The recorder first, so the engine's handles (made with it) record.
+    let metrics_handle = metrics.as_ref().map(|_| crate::metrics::install());
     let public_url = config.resolve_public_url(addr)?;
     let storage = db.storage;
     let sessions = AnyStore::new(db.sessions, storage.clone())
@@ -94,6 +121,18 @@ pub async fn run(
     {
         alert_tasks.push(tokio::spawn(mailer.run(shutdown.clone())));
     }
+    let metrics_task = match (metrics, metrics_handle) {
+        (Some(listener), Some(handle)) => {
+            tracing::info!(addr = %listener.local_addr()?, "serving metrics on /metrics");
+            Some(tokio::spawn(crate::http::metrics::serve(
+                listener,
+                handle,
+                storage.clone(),
+                shutdown.clone(),
+            )))
+        }
+        _ => None,
+    };
 
     let shared_config = Arc::new(config.clone());
     let schemas = crate::ops::event_types::SchemaCache::default();
@@ -144,6 +183,9 @@ pub async fn run(
         let _ = task.await;
     }
     for task in alert_tasks {
+        let _ = task.await;
+    }
+    if let Some(task) = metrics_task {
         let _ = task.await;
     }
     cleanup.abort();
@@ -201,6 +243,8 @@ fn router(state: AppState) -> Router {
     Router::new()
         .merge(http::router(max_body))
         .merge(console)
+        // Every request by route template (docs §8 "Metrics"); `MatchedPath` is known here.
+        .layer(axum::middleware::from_fn(http::metrics::track))
         .with_state(state)
 }
 

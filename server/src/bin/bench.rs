@@ -428,6 +428,8 @@ async fn bench() -> anyhow::Result<()> {
         database_url: url.clone(),
         listen: addr,
         allow_networks: "127.0.0.0/8".into(),
+        // No metrics listener: the benchmark needs no scrape and must not hold 9464.
+        metrics_listen: String::new(),
         ..Config::default()
     };
     config.dispatch.idle_poll_ms = 1000;

@@ -170,6 +170,9 @@ impl Backend {
             }
             .map_err(internal)?;
             for (_, outcome) in outcomes {
+                if outcome == BulkOutcome::Cancelled {
+                    crate::metrics::deliveries_finished(crate::metrics::Outcome::Cancelled, 1);
+                }
                 tally(t, op, outcome);
             }
         }

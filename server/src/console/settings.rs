@@ -388,6 +388,7 @@ impl SettingsPort for Backend {
             .storage
             .publish_test_event(&event, d.id, &filters, now)
             .await
+            .inspect(|_| crate::metrics::event_published(crate::metrics::EventSource::Test))
         {
             Ok(Some(delivery)) => delivery,
             Ok(None) => {

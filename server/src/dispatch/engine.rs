@@ -158,6 +158,8 @@ pub struct Engine {
     /// Finished attempts on their way to the database, committed in groups.
     finisher: tokio::sync::mpsc::Sender<FinishRequest>,
     finish_queue: Mutex<Option<tokio::sync::mpsc::Receiver<FinishRequest>>>,
+    /// The engine's metrics, as ready handles (made with the engine, after the recorder).
+    metrics: crate::metrics::Dispatch,
 }
 
 type FinishRequest = (
@@ -201,6 +203,7 @@ impl Engine {
             retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             finisher,
             finish_queue: Mutex::new(Some(finish_queue)),
+            metrics: crate::metrics::Dispatch::new(),
         })
     }
 
@@ -438,11 +441,14 @@ impl Engine {
                 },
                 only_if_lease_expired_before: Some(now),
             };
-            match self
+            let recorded = self
                 .storage
                 .finish_attempt(&finished, &self.settings.auto_disable, now)
-                .await
-            {
+                .await;
+            if let Ok(effects) = &recorded {
+                self.count(&finished, effects);
+            }
+            match recorded {
                 Ok(e) if e.lost_for_good => {
                     tracing::error!(delivery.id = %d.id, "a delivery was lost three times in a row and failed")
                 }
@@ -463,9 +469,11 @@ impl Engine {
         cut_short: CancellationToken,
         _permit: OwnedSemaphorePermit,
     ) {
+        let in_flight = self.metrics.in_flight();
         if let Err(e) = self.try_deliver(&d, &cut_short).await {
             tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
         }
+        drop(in_flight);
         // A slot to this destination is free: its next due delivery can go.
         self.handle.hints.due_now([d.destination_id]);
     }
@@ -502,6 +510,8 @@ impl Engine {
                 .await?
             {
                 let now = now_ms();
+                self.metrics
+                    .held_back(crate::metrics::HeldBy::Destination, 1);
                 return self
                     .storage
                     .defer_rate_limited(d.id, RateScope::Destination(destination.id), now + ms, now)
@@ -510,6 +520,11 @@ impl Engine {
         }
 
         let started = now_ms();
+        if d.attempts == 0 {
+            let lag = crate::metrics::lag_ms(d.created_at, d.deliver_at, started);
+            self.metrics
+                .first_attempt_lag(Duration::from_millis(lag as u64));
+        }
         let outcome = tokio::select! {
             outcome = self.attempt(d, &destination, &event) => outcome,
             _ = cut_short.cancelled() => {
@@ -520,7 +535,8 @@ impl Engine {
                     next: NextStep::Lost { retry_at: now_ms(), crashed: false },
                     only_if_lease_expired_before: None,
                 };
-                self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await?;
+                let effects = self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await?;
+                self.count(&finished, &effects);
                 return Ok(());
             }
         };
@@ -557,6 +573,7 @@ impl Engine {
             finished.attempt.duration_ms,
         );
         let effects = self.finish(finished).await?;
+        self.count_parts(next, class, Some(duration_ms), &effects);
         tracing::debug!(
             delivery.id = %d.id,
             destination.id = %d.destination_id,
@@ -603,6 +620,8 @@ impl Engine {
                 }
             };
             let held = deliveries.split_off(granted as usize);
+            self.metrics
+                .held_back(crate::metrics::HeldBy::Plan, held.len() as u64);
             go.extend(deliveries);
             for d in held {
                 let now = now_ms();
@@ -616,6 +635,35 @@ impl Engine {
             }
         }
         go
+    }
+
+    /// The metrics of a recorded attempt (nothing when it was no longer ours).
+    fn count(&self, f: &FinishedAttempt, effects: &crate::storage::FinishEffects) {
+        self.count_parts(f.next, f.attempt.error_class, None, effects);
+    }
+
+    /// [`Engine::count`] from its parts; `duration_ms` for an attempt that ran (not one
+    /// recovered from a lost claim).
+    fn count_parts(
+        &self,
+        next: NextStep,
+        class: Option<ErrorClass>,
+        duration_ms: Option<i64>,
+        effects: &crate::storage::FinishEffects,
+    ) {
+        if !effects.applied {
+            return;
+        }
+        self.metrics.attempt(class, duration_ms);
+        match next {
+            NextStep::Succeeded => self.metrics.finished(crate::metrics::Outcome::Succeeded),
+            NextStep::DeadLetter => self.metrics.finished(crate::metrics::Outcome::Failed),
+            _ if effects.lost_for_good => self.metrics.finished(crate::metrics::Outcome::Failed),
+            _ => {}
+        }
+        if effects.destination_disabled {
+            self.metrics.destination_disabled();
+        }
     }
 
     async fn plan(&self, space_id: SpaceId) -> Result<Plan, StorageError> {

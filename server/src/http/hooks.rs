@@ -62,10 +62,12 @@ pub fn path(id: IncomingWebhookId, token: &str) -> String {
 }
 
 pub fn router() -> Router<AppState> {
-    Router::new().route(
-        "/hooks/{webhook_id}/{token}",
-        post(receive).fallback(only_post),
-    )
+    Router::new()
+        .route(
+            "/hooks/{webhook_id}/{token}",
+            post(receive).fallback(only_post),
+        )
+        .route_layer(axum::middleware::from_fn(super::metrics::track_incoming))
 }
 
 /// `405` in JSON like every other error, for senders that use another method.
@@ -227,11 +229,14 @@ async fn receive(
         .record_incoming_result(webhook.id, success, limits.incoming_disable_after, now_ms())
         .await
     {
-        Ok(effects) if effects.disabled => tracing::warn!(
+        Ok(effects) if effects.disabled => {
+            crate::metrics::auto_disabled(crate::metrics::Disabled::IncomingWebhook);
+            tracing::warn!(
             incoming_webhook.id = %webhook.id,
             failures = effects.consecutive_failures,
             "incoming webhook disabled after failed requests in a row"
-        ),
+            );
+        }
         Ok(_) => {}
         // The answer stands (a stored message stays stored); only the count is lost.
         Err(e) => tracing::error!(

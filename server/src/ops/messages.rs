@@ -106,6 +106,15 @@ pub enum Source {
 }
 
 impl Source {
+    /// The `source` label of `partyflow_events_published_total`.
+    fn metrics_source(self) -> crate::metrics::EventSource {
+        match self {
+            Source::Api(_) => crate::metrics::EventSource::Api,
+            Source::Bot(_) => crate::metrics::EventSource::Bot,
+            Source::IncomingWebhook(_) => crate::metrics::EventSource::Incoming,
+        }
+    }
+
     fn kind_and_id(self) -> (MessageSourceKind, String) {
         match self {
             Source::Api(id) => (MessageSourceKind::Api, id.to_string()),
@@ -210,7 +219,10 @@ pub async fn post_once(
     };
     match store.post_message(&message, &event, replay, now).await? {
         None => return Ok(None),
-        Some(Published::Created { destinations, .. }) => engine.due_now(destinations),
+        Some(Published::Created { destinations, .. }) => {
+            crate::metrics::event_published(source.metrics_source());
+            engine.due_now(destinations)
+        }
         Some(_) => {}
     }
     Ok(Some(message))

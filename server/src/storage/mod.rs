@@ -368,6 +368,33 @@ pub struct IncomingEffects {
     pub disabled: bool,
 }
 
+/// The unfinished deliveries, for the queue gauges ([`ConsoleStats::queue_counts`]): each
+/// count stops at the cap it was asked with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Waiting for their first attempt, not paused.
+    pub pending: i64,
+    /// Waiting for a retry, not paused.
+    pub retrying: i64,
+    /// Claimed, an attempt in flight.
+    pub sending: i64,
+    /// Waiting, but held because their destination is inactive.
+    pub paused: i64,
+}
+
+/// One database pool's connections right now ([`ConsoleStats::pool_connections`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConnections {
+    /// `main` (requests, reads, durable writes) or `engine` (SQLite: the engine's own pool).
+    pub pool: &'static str,
+    /// Connections open.
+    pub size: u32,
+    /// Open and idle.
+    pub idle: u32,
+    /// The most the pool opens.
+    pub max: u32,
+}
+
 /// A signed incoming request's `webhook-id` (docs §3), remembered by the transaction
 /// that writes its message: a request that fails on our side remembers nothing, so the
 /// sender's retry is accepted; one that succeeded makes a replay of it refused.

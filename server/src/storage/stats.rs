@@ -36,6 +36,12 @@ pub trait ConsoleStats: Send + Sync + std::fmt::Debug {
     async fn count_failed_unresent(&self, destination_id: DestinationId) -> Result<i64>;
     /// Events recorded by [`DispatchQueue::take_rate_slot`](super::DispatchQueue::take_rate_slot) under `key` within the window, without taking one.
     async fn count_rate_events(&self, key: &str, window_ms: i64, now: UnixMs) -> Result<i64>;
+    /// The unfinished deliveries by state, each counted up to `cap` (the metrics' queue
+    /// gauges): pending and retrying through the due index, sending through the status
+    /// index, paused through the inactive destinations; never a walk of the whole table.
+    async fn queue_counts(&self, cap: i64) -> Result<QueueCounts>;
+    /// The database pools' connections right now (no query).
+    fn pool_connections(&self) -> Vec<PoolConnections>;
 }
 
 #[async_trait]
@@ -179,5 +185,57 @@ where
                 .fetch_one(&self.read)
                 .await?;
         Ok(n)
+    }
+
+    async fn queue_counts(&self, cap: i64) -> Result<QueueCounts> {
+        let due = format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM deliveries {} \
+             WHERE status IN ('pending', 'retrying') AND paused = FALSE AND status = $1 \
+             LIMIT $2) AS due",
+            D::DUE_INDEX
+        );
+        let mut counts = QueueCounts::default();
+        for (status, n) in [
+            ("pending", &mut counts.pending),
+            ("retrying", &mut counts.retrying),
+        ] {
+            (*n,) = sqlx::query_as(&due)
+                .bind(status)
+                .bind(cap)
+                .fetch_one(&self.read)
+                .await?;
+        }
+        (counts.sending,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM deliveries WHERE status = 'sending' LIMIT $1) AS s",
+        )
+        .bind(cap)
+        .fetch_one(&self.read)
+        .await?;
+        // Only inactive destinations have paused deliveries (docs D6): start from them.
+        (counts.paused,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM destinations dst \
+             JOIN deliveries d ON d.destination_id = dst.id \
+             WHERE dst.status = 'inactive' AND d.status IN ('pending', 'retrying') AND d.paused = TRUE \
+             LIMIT $1) AS p",
+        )
+        .bind(cap)
+        .fetch_one(&self.read)
+        .await?;
+        Ok(counts)
+    }
+
+    fn pool_connections(&self) -> Vec<PoolConnections> {
+        let of = |pool: &'static str, p: &sqlx::Pool<D::DB>| PoolConnections {
+            pool,
+            size: p.size(),
+            idle: p.num_idle() as u32,
+            max: p.options().get_max_connections(),
+        };
+        let mut pools = vec![of("main", &self.read)];
+        // PostgreSQL's engine shares the one pool.
+        if D::BACKEND == Backend::Sqlite {
+            pools.push(of("engine", &self.engine_read));
+        }
+        pools
     }
 }

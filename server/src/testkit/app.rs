@@ -22,6 +22,9 @@ pub struct TestApp {
     pub space: Option<String>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// The metrics listener's address, when the test asked for one (`metrics_listen`,
+    /// e.g. `127.0.0.1:0`; the test kit's default is off).
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl TestApp {
@@ -152,6 +155,9 @@ pub fn test_config(db_url: &str) -> Config {
             poll_ms: 100,
             ..Default::default()
         },
+        // Off: parallel test processes must not fight over 9464; a test that scrapes
+        // asks for `127.0.0.1:0` and reads `TestApp::metrics_addr`.
+        metrics_listen: String::new(),
         ..Config::default()
     }
 }
@@ -194,10 +200,13 @@ pub async fn spawn_app_with_config(db: &TestDb, config: Config) -> TestApp {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(crate::startup::run(
+    let metrics = crate::startup::bind_metrics(&config).await.unwrap();
+    let metrics_addr = metrics.as_ref().map(|l| l.local_addr().unwrap());
+    let task = tokio::spawn(crate::startup::run_with_metrics(
         config,
         storage.clone().into(),
         listener,
+        metrics,
         shutdown.clone(),
     ));
     wait_until_serving(addr).await;
@@ -209,6 +218,7 @@ pub async fn spawn_app_with_config(db: &TestDb, config: Config) -> TestApp {
         task,
         api_key: None,
         space: None,
+        metrics_addr,
     }
 }
 

@@ -21,6 +21,7 @@ mod hostile;
 mod incoming;
 mod limits;
 mod listing;
+mod metrics;
 mod moving;
 mod openapi;
 mod outage;

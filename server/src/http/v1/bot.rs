@@ -30,10 +30,12 @@ use crate::ops::rate::{self, Window};
 use crate::storage::StorageError;
 
 pub fn router() -> Router<AppState> {
-    Router::new().route(
-        "/bot/channels/{channel_id}/messages",
-        post(post_as_bot).fallback(only_post),
-    )
+    Router::new()
+        .route(
+            "/bot/channels/{channel_id}/messages",
+            post(post_as_bot).fallback(only_post),
+        )
+        .route_layer(axum::middleware::from_fn(crate::http::metrics::track_bot))
 }
 
 /// The live bot whose token is in `Authorization: Bot <token>`.

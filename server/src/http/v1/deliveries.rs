@@ -482,9 +482,12 @@ async fn cancel_one(
         .cancel_deliveries(d.space_id, &[d.id], now_ms(), Some(&audit))
         .await?;
     match outcome.first().map(|(_, o)| *o) {
-        Some(BulkOutcome::Cancelled) => Ok(Json(DeliveryView::from(
-            &state.storage.get_delivery_by_id(d.id).await?,
-        ))),
+        Some(BulkOutcome::Cancelled) => {
+            crate::metrics::deliveries_finished(crate::metrics::Outcome::Cancelled, 1);
+            Ok(Json(DeliveryView::from(
+                &state.storage.get_delivery_by_id(d.id).await?,
+            )))
+        }
         Some(BulkOutcome::WrongStatus(s)) => Err(ApiError::Conflict {
             code: "delivery_not_waiting",
             message: format!(
@@ -531,6 +534,7 @@ async fn cancel_many(
         .iter()
         .filter(|(_, o)| matches!(o, BulkOutcome::Cancelled))
         .count() as i64;
+    crate::metrics::deliveries_finished(crate::metrics::Outcome::Cancelled, cancelled as u64);
     results.extend(
         outcomes
             .into_iter()

@@ -168,6 +168,7 @@ async fn publish(
             destinations,
             ..
         } => {
+            crate::metrics::event_published(crate::metrics::EventSource::Api);
             if deliver_at.is_some() {
                 // Not due yet: the engine only looks again at when the next one is.
                 state.engine.scheduled();
