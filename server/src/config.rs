@@ -468,6 +468,11 @@ mod tests {
             // The key, as the environment spells it: `RETENTION.PRO`.
             assert!(err.to_lowercase().contains("retention.pro"), "{err}");
             assert!(err.contains("thirty days"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
     fn the_metrics_listener_is_on_by_default_and_off_when_empty() {
         assert_eq!(
             Config::default().metrics_addr().unwrap(),
