@@ -291,7 +291,8 @@ mod tests {
                 "notifications",
                 "idempotency_keys",
                 "rate_limits",
-                "sessions"
+                "sessions",
+                "audit_log"
             ]
         );
     }

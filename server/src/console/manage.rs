@@ -422,9 +422,10 @@ impl AdminPort for Backend {
         require_role(actor, Role::Admin)?;
         let space_id: SpaceId = parse_id(space, "space")?;
         let chosen = crate::ops::retention::parse_optional(retention).map_err(refused)?;
-        let space = crate::ops::retention::set(self.storage.as_ref(), space_id, chosen, &author(actor))
-            .await
-            .map_err(refused)?;
+        let space =
+            crate::ops::retention::set(self.storage.as_ref(), space_id, chosen, &author(actor))
+                .await
+                .map_err(refused)?;
         let effective = crate::ops::retention::effective(&space, &self.config.retention.per_plan());
         Ok(Notice::new(match chosen {
             Some(own) => format!("{} now keeps finished deliveries for {own}.", space.name),

@@ -57,10 +57,8 @@ pub trait AlertStore: Send + Sync + std::fmt::Debug {
     /// Every alert address, the install's first, then by space and address.
     async fn list_alert_emails(&self) -> Result<Vec<AlertEmail>>;
     /// `Conflict` when that scope has the address already.
-    async fn add_alert_email(&self, email: &AlertEmail, audit: Option<&AuditEntry>)
-        -> Result<()>;
-    async fn remove_alert_email(&self, id: AlertEmailId, audit: Option<&AuditEntry>)
-        -> Result<()>;
+    async fn add_alert_email(&self, email: &AlertEmail, audit: Option<&AuditEntry>) -> Result<()>;
+    async fn remove_alert_email(&self, id: AlertEmailId, audit: Option<&AuditEntry>) -> Result<()>;
     /// The addresses an alert about `space` goes to: the space's and the install's, once.
     async fn alert_recipients(&self, space: Option<SpaceId>) -> Result<Vec<String>>;
 

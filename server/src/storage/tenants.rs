@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
 use super::store::{
-    convert_all, parse, parse_opt, Args, Conn, DbRow, Dialect, RowsAffected, SqlArg, SqlValue, Store,
+    convert_all, parse, parse_opt, Args, Conn, DbRow, Dialect, RowsAffected, SqlArg, SqlValue,
+    Store,
 };
 use super::write::Durability;
 use super::*;

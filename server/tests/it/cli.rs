@@ -147,6 +147,8 @@ fn serve_stops_cleanly_on_sigterm() {
         .arg("serve")
         .env("PARTYFLOW_DATABASE_URL", &url)
         .env("PARTYFLOW_LISTEN", format!("127.0.0.1:{port}"))
+        // A free port, not the default 9464 other test processes may hold.
+        .env("PARTYFLOW_METRICS_LISTEN", "127.0.0.1:0")
         .env("PARTYFLOW_CONFIG", "/nonexistent/partyflow.toml")
         .stderr(Stdio::piped())
         .spawn()

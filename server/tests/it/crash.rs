@@ -58,6 +58,8 @@ impl Server {
             .env("PARTYFLOW_LISTEN", addr.to_string())
             .env("PARTYFLOW_ALLOW_NETWORKS", "127.0.0.0/8")
             .env("PARTYFLOW_CONFIG", "/nonexistent/partyflow.toml")
+            // Several of these servers run at once: no fixed metrics port.
+            .env("PARTYFLOW_METRICS_LISTEN", "")
             .env("PARTYFLOW_DISPATCH__LEASE_MARGIN_SECONDS", "1")
             .env("PARTYFLOW_DISPATCH__IDLE_POLL_MS", "100")
             .env("RUST_LOG", "warn")
