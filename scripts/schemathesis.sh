@@ -185,6 +185,8 @@ exceptions = {
         + ["createEventType", "updateEventType"]
         # `since` and `until` must read as times (RFC 3339 or Unix ms), `until` not before `since`.
         + ["resendFailedDeliveries", "previewResendFailedDeliveries"]
+        # `retention` must read as a duration (`30d`, `1d 12h`) from 1 s to 3650 days.
+        + ["updateProject"]
     ),
     # Pinned to spare IDs (above), so a link from a create call never reaches the new resource.
     "ensure_resource_availability": [

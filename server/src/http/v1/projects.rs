@@ -56,7 +56,7 @@ struct UpdateBody {
     /// A duration from `1s` to `3650d`, such as `30d`, `12h`, `10m` or `1d 12h`; `null`
     /// goes back to the plan's retention.
     #[serde(default, deserialize_with = "nullable")]
-    #[schema(value_type = Option<String>, example = "30d")]
+    #[schema(value_type = Option<String>, example = "30d", pattern = r"^\s*[0-9]")]
     retention: Option<Option<String>>,
 }
 
