@@ -223,7 +223,7 @@ fn TestAlert(spaces: Vec<SpaceView>) -> impl IntoView {
             <ActionForm action=send>
                 <div class="form-grid">
                     <label>"As an alert of"
-                        <select name="space">{select_options(space_options(&spaces, "the install (alert space and every-space addresses)"), "")}</select>
+                        <select name="space">{select_options(space_options(&spaces, "the install"), "")}</select>
                     </label>
                 </div>
                 <button type="submit" data-testid="send-test-alert" disabled=move || send.pending().get()>"Send test alert"</button>
