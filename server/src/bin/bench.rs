@@ -789,8 +789,8 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Finished deliveries dated a month ago (past the benchmark space's retention, a week by
-/// default) purged by the real retention task while 200 events/s flow to one destination:
+/// Finished deliveries dated half a year ago (past the benchmark space's retention: it is an
+/// enterprise space, 90 days by default) purged by the real retention task while 200 events/s flow to one destination:
 /// publish→first-attempt p99 with and without the purge, and the purge's rows/s.
 async fn purge_scenario(bench: &Bench, rows: usize, seconds: u64) -> anyhow::Result<f64> {
     // Alone with its own destination (the backlog scenario leaves a million waiting).
@@ -863,7 +863,7 @@ async fn old_finished(bench: &Bench) -> anyhow::Result<i64> {
     })
 }
 
-/// Writes `n` succeeded deliveries of a month ago (an attempt each, an event per ten),
+/// Writes `n` succeeded deliveries of half a year ago (an attempt each, an event per ten),
 /// straight into the database.
 async fn fill_finished(bench: &Bench, n: usize) -> anyhow::Result<()> {
     let dst = bench
@@ -871,7 +871,7 @@ async fn fill_finished(bench: &Bench, n: usize) -> anyhow::Result<()> {
             json!({"url": format!("http://{}/old", bench.receiver), "eventTypes": ["old"]}),
         )
         .await;
-    let month_ago = server::clock::now_ms() - 30 * 86_400_000;
+    let half_a_year_ago = server::clock::now_ms() - 180 * 86_400_000;
     let id = |prefix: &str, at: i64| {
         format!(
             "{prefix}_{}",
@@ -884,7 +884,7 @@ async fn fill_finished(bench: &Bench, n: usize) -> anyhow::Result<()> {
     const CHUNK: usize = 1000;
     for start in (0..n).step_by(CHUNK) {
         let count = CHUNK.min(n - start);
-        let at = month_ago + (start as i64) / 10;
+        let at = half_a_year_ago + (start as i64) / 10;
         let events: Vec<String> = (0..count.div_ceil(10)).map(|_| id("evt", at)).collect();
         let deliveries: Vec<(String, String)> = (0..count)
             .map(|i| (id("dlv", at), events[i / 10].clone()))
