@@ -6,7 +6,7 @@
 //!   first, then the space's events with no delivery left (a waiting delivery keeps its
 //!   event, whatever its age);
 //! - read notifications older than the space's retention (the install's own, of no
-//!   space, after the longest plan retention);
+//!   space, and alert e-mails given up on, after the longest plan retention);
 //! - idempotency keys after 24 hours, rate-limit rows of keys idle for longer than any
 //!   window (deleted destinations, webhooks and bots included), expired console
 //!   sessions (tower-sessions' table and the index `console_sessions`);
@@ -68,11 +68,12 @@ pub struct Purged {
     pub rate_limits: u64,
     pub sessions: u64,
     pub audit_entries: u64,
+    pub alert_emails: u64,
 }
 
 impl Purged {
     /// Each table's count, by the name the metric and the log line use.
-    pub fn by_table(&self) -> [(&'static str, u64); 8] {
+    pub fn by_table(&self) -> [(&'static str, u64); 9] {
         [
             ("deliveries", self.deliveries),
             ("attempts", self.attempts),
@@ -82,6 +83,7 @@ impl Purged {
             ("rate_limits", self.rate_limits),
             ("sessions", self.sessions),
             ("audit_log", self.audit_entries),
+            ("alert_outbox", self.alert_emails),
         ]
     }
 
@@ -218,6 +220,10 @@ pub async fn purge(
         storage.purge_read_notifications(None, longest.cutoff(now), batch)
     })
     .await?;
+    purged.alert_emails += drain(batch, pause, || {
+        storage.purge_given_up_alert_emails(longest.cutoff(now), batch)
+    })
+    .await?;
     purged.idempotency_keys += drain(batch, pause, || {
         storage.purge_idempotency_keys(now - IDEMPOTENCY_KEY_MS, batch)
     })
@@ -292,7 +298,8 @@ mod tests {
                 "idempotency_keys",
                 "rate_limits",
                 "sessions",
-                "audit_log"
+                "audit_log",
+                "alert_outbox"
             ]
         );
     }

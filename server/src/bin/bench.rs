@@ -44,12 +44,19 @@ struct Args {
     /// Finished deliveries (old enough to be purged) in the purge scenario.
     #[arg(long, default_value_t = 1_000_000)]
     purge_rows: usize,
-    /// How long the soak runs (500 events/s, retention of one minute).
+    /// How long the soak runs.
     #[arg(long, env = "PARTYFLOW_BENCH_SOAK_SECONDS", default_value_t = 600)]
     soak_seconds: u64,
     /// How often the soak prints the database size and the RSS.
     #[arg(long, env = "PARTYFLOW_BENCH_SOAK_EVERY", default_value_t = 60)]
     soak_every: u64,
+    /// Events per second the soak publishes.
+    #[arg(long, default_value_t = 500)]
+    soak_rate: u32,
+    /// The soak space's retention (a duration such as `1m`; a long one, `3650d`, keeps
+    /// everything, to compare).
+    #[arg(long, default_value = "1m")]
+    soak_retention: String,
 }
 
 /// Arrival time of each `webhook-id` at the receiver.
@@ -708,7 +715,13 @@ async fn bench() -> anyhow::Result<()> {
         bench.arrivals.reset();
     }
     if wants("soak") {
-        peak_rss = peak_rss.max(soak(&bench, &url, args.soak_seconds, args.soak_every).await?);
+        let soak_load = SoakLoad {
+            seconds: args.soak_seconds,
+            every: args.soak_every,
+            rate: args.soak_rate.max(1),
+            retention: args.soak_retention.clone(),
+        };
+        peak_rss = peak_rss.max(soak(&bench, &url, &soak_load).await?);
     }
     println!(
         "\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB"
@@ -950,18 +963,43 @@ async fn fill_finished(bench: &Bench, n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 500 events/s for `seconds` with the space's retention at one minute: the database's
-/// size (SQLite: file + WAL) and the process's RSS every `every` seconds. Both should be
-/// flat after the first minutes.
-async fn soak(bench: &Bench, db_url: &str, seconds: u64, every: u64) -> anyhow::Result<f64> {
-    bench
-        .destination(json!({"url": format!("http://{}/soak", bench.receiver)}))
-        .await;
+/// Destinations the soak's events are spread over.
+const SOAK_DESTINATIONS: u64 = 5;
+
+/// The soak's traffic: `rate` events/s for `seconds`, the space's retention at
+/// `retention`, a line every `every` seconds.
+struct SoakLoad {
+    seconds: u64,
+    every: u64,
+    rate: u32,
+    retention: String,
+}
+
+/// 500 events/s (by default) for ten minutes with the space's retention at one minute:
+/// the database's size (SQLite: file + WAL) and the process's RSS every minute. Both
+/// should be flat after the first minutes.
+async fn soak(bench: &Bench, db_url: &str, load: &SoakLoad) -> anyhow::Result<f64> {
+    let SoakLoad {
+        seconds,
+        every,
+        rate,
+        ref retention,
+    } = *load;
+    // The events spread over five destinations: one destination alone (at most
+    // five attempts in flight) would measure the flood's ceiling, not the disk.
+    for i in 0..SOAK_DESTINATIONS {
+        bench
+            .destination(json!({
+                "url": format!("http://{}/soak/{i}", bench.receiver),
+                "eventTypes": [format!("soak.{i}")],
+            }))
+            .await;
+    }
     let resp = bench
         .client
         .patch(format!("{}/v1/projects/{}", bench.base, bench.space))
         .bearer_auth(&bench.key)
-        .json(&json!({"retention": "1m"}))
+        .json(&json!({ "retention": retention }))
         .send()
         .await?;
     anyhow::ensure!(
@@ -969,10 +1007,13 @@ async fn soak(bench: &Bench, db_url: &str, seconds: u64, every: u64) -> anyhow::
         "setting the retention: {}",
         resp.status()
     );
-    println!("\n[soak: 500 events/s for {seconds} s, retention 1 minute, purge every 5 s]");
-    println!("  elapsed   database MB   RSS MB   delivered");
+    println!(
+        "\n[soak: {rate} events/s to {SOAK_DESTINATIONS} destinations for {seconds} s, \
+         retention {retention}, purge every 5 s]"
+    );
+    println!("  elapsed   database MB   RSS MB       sent   delivered   deliveries kept");
     let started = Instant::now();
-    let mut ticker = tokio::time::interval(Duration::from_millis(2));
+    let mut ticker = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut next_report = Duration::from_secs(every.max(1));
     let mut peak = rss_mb();
@@ -987,7 +1028,10 @@ async fn soak(bench: &Bench, db_url: &str, seconds: u64, every: u64) -> anyhow::
             let _ = client
                 .post(&url)
                 .bearer_auth(&key)
-                .json(&json!({"type": "soak", "payload": {"i": sent, "text": "soak"}}))
+                .json(&json!({
+                    "type": format!("soak.{}", sent % SOAK_DESTINATIONS),
+                    "payload": {"i": sent, "text": "soak"},
+                }))
                 .send()
                 .await;
         });
@@ -998,14 +1042,24 @@ async fn soak(bench: &Bench, db_url: &str, seconds: u64, every: u64) -> anyhow::
             let rss = rss_mb();
             peak = peak.max(rss);
             println!(
-                "  {:>5.0} s   {:>11.1}   {:>6.0}   {delivered}",
+                "  {:>5.0} s   {:>11.1}   {:>6.0}   {sent:>8}   {delivered:>9}   {:>15}",
                 started.elapsed().as_secs_f64(),
                 database_mb(bench, db_url).await?,
-                rss
+                rss,
+                deliveries_kept(bench).await?,
             );
         }
     }
     Ok(peak)
+}
+
+/// Every delivery still in the database, finished or not.
+async fn deliveries_kept(bench: &Bench) -> anyhow::Result<i64> {
+    let sql = "SELECT COUNT(*) FROM deliveries";
+    Ok(match bench.storage.raw_pool() {
+        RawPool::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(&pool).await?,
+        RawPool::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(&pool).await?,
+    })
 }
 
 /// The database's size on disk: SQLite's file and its WAL; PostgreSQL's database.

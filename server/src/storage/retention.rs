@@ -1,6 +1,6 @@
 //! What the retention task deletes (docs D10): old finished deliveries and their attempts,
 //! events no delivery needs any more, idempotency keys, idle rate-limit rows, expired
-//! console sessions and old read notifications; and, on SQLite, handing the freed pages
+//! console sessions, old read notifications and alert e-mails given up on; and, on SQLite, handing the freed pages
 //! back to the file system (`PRAGMA incremental_vacuum`).
 //!
 //! Each method is one small write transaction of at most `limit` rows (the caller passes
@@ -79,6 +79,10 @@ pub trait RetentionStore: Send + Sync + std::fmt::Debug {
         before: UnixMs,
         limit: i64,
     ) -> Result<u64>;
+
+    /// Deletes at most `limit` alert e-mails given up on (no next attempt; docs §8
+    /// "Alerts") that were queued before `before`. Waiting ones are never touched.
+    async fn purge_given_up_alert_emails(&self, before: UnixMs, limit: i64) -> Result<u64>;
 
     /// SQLite: hands up to `pages` free pages back to the file system
     /// (`PRAGMA incremental_vacuum`, on a database with `auto_vacuum = INCREMENTAL`), so
@@ -210,6 +214,20 @@ where
         let query = sqlx::query(
             "DELETE FROM idempotency_keys WHERE (space_id, key) IN ( \
                SELECT space_id, key FROM idempotency_keys WHERE created_at < $1 LIMIT $2)",
+        )
+        .bind(before)
+        .bind(limit);
+        Ok(self
+            .execute(Durability::Engine, query)
+            .await?
+            .rows_affected())
+    }
+
+    async fn purge_given_up_alert_emails(&self, before: UnixMs, limit: i64) -> Result<u64> {
+        let query = sqlx::query(
+            "DELETE FROM alert_outbox WHERE id IN ( \
+               SELECT id FROM alert_outbox \
+               WHERE next_attempt_at IS NULL AND created_at < $1 LIMIT $2)",
         )
         .bind(before)
         .bind(limit);

@@ -291,12 +291,23 @@ on_both_backends! {
              ('{read_new}', '{space}', 'test', 'm', {now}, {now})"
         )).await;
 
+        // Alert e-mails: given up and old (goes), still waiting, given up and new (stay).
+        exec(&db, &format!(
+            "INSERT INTO alert_outbox (id, notification_id, space_id, address, subject, body, \
+               attempts, next_attempt_at, last_error, created_at) VALUES \
+             ('alo_gone', '{read_old}', '{space}', 'a@example.com', 's', 'b', 8, NULL, 'refused', {old}), \
+             ('alo_waiting', '{read_old}', '{space}', 'b@example.com', 's', 'b', 1, {now}, 'busy', {old}), \
+             ('alo_new', '{read_new}', '{space}', 'a@example.com', 's', 'b', 8, NULL, 'refused', {})",
+            now + hour
+        )).await;
+
         wait_until("the old rows are purged", 30, || async {
             count(&db, "SELECT COUNT(*) FROM idempotency_keys").await == 1
                 && count(&db, "SELECT COUNT(*) FROM rate_keys WHERE key = 'dst:gone'").await == 0
                 && count(&db, "SELECT COUNT(*) FROM console_sessions WHERE session_id = 'expired'").await == 0
                 && count(&db, tower_sessions).await == 0
                 && count(&db, &format!("SELECT COUNT(*) FROM notifications WHERE id = '{read_old}'")).await == 0
+                && count(&db, "SELECT COUNT(*) FROM alert_outbox WHERE id = 'alo_gone'").await == 0
         })
         .await;
         assert_eq!(texts(&db, "SELECT key FROM idempotency_keys").await, ["new"]);
@@ -309,6 +320,9 @@ on_both_backends! {
         let mut expected = vec![unread_old, read_new];
         expected.sort();
         assert_eq!(kept, expected);
+        let mut emails = texts(&db, "SELECT id FROM alert_outbox").await;
+        emails.sort();
+        assert_eq!(emails, ["alo_new", "alo_waiting"]);
         app.stop().await;
     }
 }
