@@ -23,6 +23,7 @@ mod limits;
 mod listing;
 mod metrics;
 mod moving;
+mod names;
 mod openapi;
 mod outage;
 mod replay;
