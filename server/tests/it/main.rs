@@ -10,6 +10,7 @@ mod cli;
 mod console;
 mod console_storage;
 mod crash;
+mod demo;
 mod dispatch;
 mod event_types;
 mod fifo;
