@@ -417,6 +417,19 @@ mod tests {
     }
 
     #[test]
+    fn the_demo_timings_come_from_demo_and_partyflow_demo_is_the_dev_scripts() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("pf.toml", "[demo]\nduration_secs = 30")?;
+            jail.set_env("PARTYFLOW_DEMO", "0");
+            jail.set_env("PARTYFLOW_DEMO__TRAFFIC_MS", "50");
+            let config: Config = Config::figment("pf.toml").extract()?;
+            let demo = config.demo.settings();
+            assert_eq!((demo.traffic_ms, demo.duration_ms, demo.slow_ms), (50, 30_000, 300));
+            Ok(())
+        });
+    }
+
+    #[test]
     fn a_public_url_is_an_absolute_http_url_kept_without_its_trailing_slash() {
         let ok = |raw: &str| PublicUrl::parse(raw).unwrap().as_str().to_owned();
         assert_eq!(ok("https://hooks.example.com"), "https://hooks.example.com");
