@@ -424,7 +424,10 @@ mod tests {
             jail.set_env("PARTYFLOW_DEMO__TRAFFIC_MS", "50");
             let config: Config = Config::figment("pf.toml").extract()?;
             let demo = config.demo.settings();
-            assert_eq!((demo.traffic_ms, demo.duration_ms, demo.slow_ms), (50, 30_000, 300));
+            assert_eq!(
+                (demo.traffic_ms, demo.duration_ms, demo.slow_ms),
+                (50, 30_000, 300)
+            );
             Ok(())
         });
     }
