@@ -105,7 +105,7 @@ pub fn router<S>(settings: Settings) -> Router<S> {
 pub fn answer(kind: &str, n: u64, slow_ms: u64) -> Option<(StatusCode, Option<u64>, u64)> {
     match kind {
         "healthy" => Some((StatusCode::OK, None, 0)),
-        "flaky" if n % 2 == 0 => Some((StatusCode::SERVICE_UNAVAILABLE, Some(1), 0)),
+        "flaky" if n.is_multiple_of(2) => Some((StatusCode::SERVICE_UNAVAILABLE, Some(1), 0)),
         "flaky" => Some((StatusCode::OK, None, 0)),
         "missing" => Some((StatusCode::NOT_FOUND, None, 0)),
         "slow" if n % 4 == 3 => Some((StatusCode::OK, None, TOO_SLOW_MS)),
