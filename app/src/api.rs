@@ -283,6 +283,7 @@ pub async fn create_destination(
     #[server(default)] filter: String,
     #[server(default)] ordering: String,
     #[server(default)] headers: String,
+    #[server(default)] name: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -304,6 +305,7 @@ pub async fn create_destination(
         filter,
         ordering,
         headers: SecretText(headers),
+        name,
     };
     let notice = crate::port::backend()?
         .create_destination(&user, &form)
@@ -332,6 +334,7 @@ pub async fn update_destination(
     #[server(default)] filter: String,
     #[server(default)] ordering: String,
     #[server(default)] headers: String,
+    #[server(default)] name: String,
 ) -> Result<Notice, ConsoleError> {
     let user = crate::guard::for_change().await?;
     let form = DestinationForm {
@@ -353,6 +356,7 @@ pub async fn update_destination(
         filter,
         ordering,
         headers: SecretText(headers),
+        name,
     };
     let notice = crate::port::backend()?
         .update_destination(&user, &form)

@@ -167,6 +167,8 @@ pub struct DeliveryRow {
     pub created_at: i64,
     pub resent_from: Option<String>,
     pub resent_as: Option<String>,
+    /// What its destination is called (its own name, or its URL's host).
+    pub destination_name: String,
 }
 
 /// A choice in a filter's drop-down.
@@ -245,6 +247,8 @@ pub struct BulkPreview {
 pub struct ResendFailedPreview {
     pub destination_id: String,
     pub destination_url: String,
+    /// What the destination is called.
+    pub destination_name: String,
     /// Failed deliveries not resent before, inside the window, that would be sent again.
     pub count: i64,
     /// The window in words, e.g. "event type order.paid, created since 2026-12-01 10:00".
@@ -366,6 +370,8 @@ pub struct DestinationView {
     pub ordering: String,
     /// Its own request headers, values masked (`••••…1234`).
     pub headers: Vec<(String, String)>,
+    /// What it is called: its own name, or else its URL's host.
+    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -579,6 +585,9 @@ pub struct DestinationForm {
     /// replaces it, a line removed removes the header.
     #[serde(default)]
     pub headers: SecretText,
+    /// Its own name; empty: it goes by its URL's host.
+    #[serde(default)]
+    pub name: String,
 }
 
 /// What a filter says of a sample payload, in the destination form's "Try it" box.

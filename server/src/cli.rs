@@ -1,5 +1,5 @@
 //! The `partyflow` command line: `serve`, `migrate`, `space create`, `user create`,
-//! `backup`, `copy`, `vacuum`.
+//! `backup`, `copy`, `vacuum`, `demo`.
 
 use std::io::Read as _;
 use std::process::ExitCode;
@@ -53,6 +53,14 @@ enum Command {
     /// (stop the server first), so retention's purges give disk space back; prints JSON
     /// `{"autoVacuumBefore", "autoVacuum", "bytesBefore", "bytes"}`.
     Vacuum,
+    /// Create the "Demo" space: destinations at the sample receiver built into the
+    /// server (on `listen`), and sample traffic for ten minutes while the server runs;
+    /// prints JSON `{"id", "created", "apiKey"?}`. Once: a second run says it exists.
+    Demo {
+        /// Delete the demo space and everything in it instead.
+        #[arg(long)]
+        remove: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -202,6 +210,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("{}", serde_json::to_string(&done)?);
             Ok(())
         }
+        Command::Demo { remove } => demo(&config, remove).await,
         Command::User {
             command: UserCommand::Bootstrap { email },
         } => {
@@ -221,6 +230,47 @@ async fn bootstrap(store: &dyn storage::Storage, email: &str) -> anyhow::Result<
         "{}",
         serde_json::json!({ "email": user.email, "password": password })
     );
+    Ok(())
+}
+
+/// `partyflow demo [--remove]` (docs D17).
+async fn demo(config: &Config, remove: bool) -> anyhow::Result<()> {
+    let store = open(config).await?;
+    if remove {
+        match crate::ops::demo::remove(store.as_ref()).await? {
+            Some(id) => {
+                eprintln!("the demo space and everything in it were deleted");
+                println!("{}", serde_json::json!({ "id": id, "removed": true }));
+            }
+            None => {
+                eprintln!("there is no demo space");
+                println!("{}", serde_json::json!({ "removed": false }));
+            }
+        }
+        return Ok(());
+    }
+    let base = crate::demo::receiver_base(config.listen);
+    let duration = config.demo.settings().duration_ms;
+    match crate::ops::demo::create(store.as_ref(), &base, crate::clock::now_ms(), duration).await? {
+        crate::ops::demo::Created::New {
+            space_id, api_key, ..
+        } => {
+            eprintln!(
+                "the demo space was created; its sample traffic flows while the server runs                  (remove it with `partyflow demo --remove`)"
+            );
+            println!(
+                "{}",
+                serde_json::json!({ "id": space_id, "created": true, "apiKey": api_key })
+            );
+        }
+        crate::ops::demo::Created::Exists { space_id } => {
+            eprintln!("the demo space exists already (remove it with `partyflow demo --remove`)");
+            println!(
+                "{}",
+                serde_json::json!({ "id": space_id, "created": false })
+            );
+        }
+    }
     Ok(())
 }
 

@@ -48,6 +48,43 @@ pub struct Config {
     /// Where Prometheus scrapes `GET /metrics` (`PARTYFLOW_METRICS_LISTEN`); its own
     /// address, never the public one; empty turns the metrics listener off.
     pub metrics_listen: String,
+    /// The demo space's sample traffic and receiver (`[demo]`, or `PARTYFLOW_DEMO__…`;
+    /// docs D17).
+    pub demo: DemoConfig,
+}
+
+/// The demo space (docs D17): how its sample traffic flows; shrunk by the tests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DemoConfig {
+    /// Between two rounds of sample events (four events a round), in milliseconds.
+    pub traffic_ms: u64,
+    /// How long a new demo space's sample traffic flows, in seconds.
+    pub duration_secs: u64,
+    /// How long the demo's slow receiver takes to answer, in milliseconds.
+    pub slow_ms: u64,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        let d = crate::demo::Settings::default();
+        Self {
+            traffic_ms: d.traffic_ms,
+            duration_secs: (d.duration_ms / 1000) as u64,
+            slow_ms: d.slow_ms,
+        }
+    }
+}
+
+impl DemoConfig {
+    /// The demo's settings.
+    pub fn settings(&self) -> crate::demo::Settings {
+        crate::demo::Settings {
+            traffic_ms: self.traffic_ms,
+            duration_ms: i64::try_from(self.duration_secs.saturating_mul(1000)).unwrap_or(i64::MAX),
+            slow_ms: self.slow_ms,
+        }
+    }
 }
 
 /// Alerts (docs D16): the SMTP server that e-mails them, and the relay's pace.
@@ -252,6 +289,7 @@ impl Default for Config {
             alerts: AlertsConfig::default(),
             retention: RetentionConfig::default(),
             metrics_listen: "127.0.0.1:9464".into(),
+            demo: DemoConfig::default(),
         }
     }
 }
@@ -344,10 +382,11 @@ impl Config {
     fn figment(file: &str) -> Figment {
         Figment::from(Serialized::defaults(Config::default()))
             .merge(Toml::file(file))
-            // `PARTYFLOW_TEST_*` belong to the test suite, not to the server.
+            // `PARTYFLOW_TEST_*` belong to the test suite, not to the server, and
+            // `PARTYFLOW_DEMO` (`=0` skips the demo space) to `./dev run`.
             .merge(
                 Env::prefixed("PARTYFLOW_")
-                    .ignore(&["config"])
+                    .ignore(&["config", "demo"])
                     .filter(|key| !key.starts_with("test_"))
                     .split("__"),
             )
@@ -373,6 +412,22 @@ mod tests {
             assert_eq!(config.listen.port(), 4000);
             assert_eq!(config.allow_networks, "127.0.0.0/8,::1/128");
             assert_eq!(config.database_url, "sqlite://data/partyflow.db");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_demo_timings_come_from_demo_and_partyflow_demo_is_the_dev_scripts() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("pf.toml", "[demo]\nduration_secs = 30")?;
+            jail.set_env("PARTYFLOW_DEMO", "0");
+            jail.set_env("PARTYFLOW_DEMO__TRAFFIC_MS", "50");
+            let config: Config = Config::figment("pf.toml").extract()?;
+            let demo = config.demo.settings();
+            assert_eq!(
+                (demo.traffic_ms, demo.duration_ms, demo.slow_ms),
+                (50, 30_000, 300)
+            );
             Ok(())
         });
     }

@@ -24,6 +24,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod console;
+pub mod demo;
 pub mod dispatch;
 pub mod domain;
 pub mod http;

@@ -94,7 +94,12 @@ pub async fn run_with_metrics(
     ));
 
     let network = crate::dispatch::ssrf::NetworkPolicy::parse(&config.allow_networks)
-        .map_err(|e| anyhow::anyhow!("PARTYFLOW_ALLOW_NETWORKS: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("PARTYFLOW_ALLOW_NETWORKS: {e}"))?
+        // The demo receiver on our own listener, and nothing else there (docs D17).
+        .with_exact_urls(crate::demo::receiver_urls(&crate::demo::receiver_base(
+            addr,
+        )))
+        .map_err(|e| anyhow::anyhow!("the demo receiver: {e}"))?;
     let sandbox = crate::sandbox::Sandbox::start(config.sandbox.clone())?;
     let engine = Arc::new(crate::dispatch::engine::Engine::new(
         storage.clone(),
@@ -121,6 +126,12 @@ pub async fn run_with_metrics(
     {
         alert_tasks.push(tokio::spawn(mailer.run(shutdown.clone())));
     }
+    let demo_task = tokio::spawn(crate::demo::run_traffic(
+        storage.clone(),
+        engine.handle(),
+        config.demo.settings(),
+        shutdown.clone(),
+    ));
     let metrics_task = match (metrics, metrics_handle) {
         (Some(listener), Some(handle)) => {
             tracing::info!(addr = %listener.local_addr()?, "serving metrics on /metrics");
@@ -185,6 +196,7 @@ pub async fn run_with_metrics(
     for task in alert_tasks {
         let _ = task.await;
     }
+    let _ = demo_task.await;
     if let Some(task) = metrics_task {
         let _ = task.await;
     }
@@ -240,8 +252,10 @@ fn router(state: AppState) -> Router {
         ));
 
     let max_body = state.config.max_body_bytes;
+    let demo = crate::demo::router(state.config.demo.settings());
     Router::new()
         .merge(http::router(max_body))
+        .merge(demo)
         .merge(console)
         // Every request by route template (docs §8 "Metrics"); `MatchedPath` is known here.
         .layer(axum::middleware::from_fn(http::metrics::track))

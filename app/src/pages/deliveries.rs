@@ -203,7 +203,7 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
                                             <td class="nowrap">{fmt_time(r.created_at)}</td>
                                             <td>{r.space_name.clone()}</td>
                                             <td class="url" title=r.destination_url.clone()>
-                                                <a href=format!("/destinations/{}", r.destination_id)>{r.destination_url.clone()}</a>
+                                                <a href=format!("/destinations/{}", r.destination_id)>{r.destination_name.clone()}</a>
                                             </td>
                                             <td>{r.event_type.clone()}</td>
                                             <td><StatusBadge status=r.status.clone() paused=r.paused/></td>

@@ -88,7 +88,8 @@ fn detail_view(
                 <dt>"Space"</dt><dd>{r.space_name.clone()}</dd>
                 <dt>"Destination"</dt>
                 <dd>
-                    <a href=format!("/destinations/{}", r.destination_id)>{r.destination_url.clone()}</a>
+                    <a href=format!("/destinations/{}", r.destination_id)>{r.destination_name.clone()}</a>
+                    " " <span class="small muted mono">{r.destination_url.clone()}</span>
                     " " <StatusBadge status=d.destination_status.clone()/>
                 </dd>
                 <dt>"Event type"</dt><dd>{r.event_type.clone()}</dd>

@@ -59,8 +59,12 @@ fn detail_view(d: DestinationDetail, admin: bool, a: Actions) -> impl IntoView {
     let (id5, edit) = (v.id.clone(), format!("/destinations/{}/edit", v.id));
     let failed = format!("{deliveries}&status=failed");
     view! {
+        <Title text=format!("{} · Destination · PartyFlow Hooks", v.name)/>
         <div class="page-head">
-            <h1 class="url-title" title=v.url.clone()>{v.url.clone()}</h1>
+            <div>
+                <h1 class="url-title" data-testid="destination-name">{v.name.clone()}</h1>
+                <p class="small muted mono url-under-title">{v.url.clone()}</p>
+            </div>
             <div class="head-badges"><StatusBadge status=v.status.clone()/></div>
         </div>
         {v.disabled_reason.clone().map(|r| view! {

@@ -132,6 +132,9 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
         <fieldset>
             <legend>"Endpoint"</legend>
             <div class="form-grid">
+                <label class="wide">"Name (empty: the URL's host)"
+                    <input type="text" name="name" maxlength="100" value=f.name.clone() placeholder="Orders"/>
+                </label>
                 <label class="wide">"URL (http or https)"
                     <input type="url" name="url" required maxlength="2048" value=f.url placeholder="https://example.com/webhooks"/>
                 </label>

@@ -63,7 +63,7 @@ pub fn DestinationTable(
             <table class="grid" data-testid="destinations">
                 <thead>
                     <tr>
-                        <th scope="col">"URL"</th>
+                        <th scope="col">"Destination"</th>
                         <th scope="col">"Space"</th>
                         <th scope="col">"Status"</th>
                         <th scope="col" class="num" title="Dead-lettered deliveries in a row">"Dead-letters"</th>
@@ -97,7 +97,8 @@ fn DestinationRow(
     view! {
         <tr id=d.id.clone() data-destination=d.id.clone() data-status=d.status.clone()>
             <td class="url" title=d.url.clone()>
-                <a href=format!("/destinations/{}", d.id)>{d.url.clone()}</a>
+                <a href=format!("/destinations/{}", d.id) class="dest-name">{d.name.clone()}</a>
+                <div class="small muted mono">{d.url.clone()}</div>
                 {(!d.description.is_empty()).then(|| view! { <div class="small muted">{d.description.clone()}</div> })}
             </td>
             <td>{d.space_name.clone()}</td>

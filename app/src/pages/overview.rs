@@ -92,7 +92,10 @@ fn overview_view(o: Overview) -> impl IntoView {
                         <tbody>
                             {failing.into_iter().map(|d| view! {
                                 <tr>
-                                    <td class="url"><a href=format!("/destinations/{}", d.id) title=d.url.clone()>{d.url.clone()}</a></td>
+                                    <td class="url" title=d.url.clone()>
+                                        <a href=format!("/destinations/{}", d.id) class="dest-name">{d.name.clone()}</a>
+                                        <div class="small muted mono">{d.url.clone()}</div>
+                                    </td>
                                     <td>{d.space_name}</td>
                                     <td><StatusBadge status=d.status/></td>
                                     <td class="num">{d.consecutive_dead_letters}</td>

@@ -110,8 +110,8 @@ fn Confirm(
         format!(" matching {}", p.described)
     };
     let question = format!(
-        "Send again {n} failed {what} of {}{within}?",
-        p.destination_url
+        "Send again {n} failed {what} of \u{201c}{}\u{201d} ({}){within}?",
+        p.destination_name, p.destination_url
     );
     let pending = action.pending();
     let back = format!("/destinations/{}", p.destination_id);

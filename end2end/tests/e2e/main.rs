@@ -8,6 +8,7 @@ mod alerts;
 mod audit;
 mod catalog;
 mod deliveries;
+mod demo;
 mod first_run;
 mod headers;
 mod login;

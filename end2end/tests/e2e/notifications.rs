@@ -84,6 +84,15 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
         .unwrap();
     let item = wait_text(&c, "li[data-kind='destination.disabled']", "was disabled").await;
     assert!(item.contains(&receiver.url("/hooks/shaky")), "{item}");
+    // It names the destination (no name of its own: its URL's host), the URL beside it.
+    let host = server::domain::default_name(&receiver.url("/hooks/shaky"));
+    assert!(
+        item.contains(&format!(
+            "Destination \u{201c}{host}\u{201d} ({})",
+            receiver.url("/hooks/shaky")
+        )),
+        "{item}"
+    );
     screenshot(&c, "notifications").await;
     c.find(Locator::Css("li[data-kind='destination.disabled'] a"))
         .await
@@ -92,6 +101,7 @@ async fn an_auto_disabled_destination_is_announced_and_re_enabled_and_its_paused
         .await
         .unwrap();
     let button = wait_text(&c, "[data-testid=reenable]", "Re-enable").await;
+    wait_text(&c, "[data-testid=destination-name]", &host).await;
     assert!(button.contains("2 paused deliveries resume"), "{button}");
     screenshot(&c, "destination-inactive").await;
 

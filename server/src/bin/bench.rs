@@ -655,6 +655,7 @@ async fn bench() -> anyhow::Result<()> {
                 filtered_events: 0,
                 ordering: server::domain::DeliveryOrdering::Unordered,
                 headers: server::domain::CustomHeaders::default(),
+                name: None,
             };
             storage.create_destination(&d, None).await?;
         }

@@ -368,6 +368,7 @@ impl BulkPort for Backend {
         Ok(ResendFailedPreview {
             destination_id: d.id.to_string(),
             destination_url: d.url.clone(),
+            destination_name: d.name(),
             count,
             described: describe(&window_only(window)),
         })

@@ -160,9 +160,10 @@ impl ReadPort for Backend {
         let filter = filter_of(q, now_ms());
         let chosen_space = filter.as_ref().ok().and_then(|f| f.space_id);
         let destinations = self.destinations_of(chosen_space).await?;
-        let urls: HashMap<DestinationId, &str> = destinations
+        // Each destination's URL and the name it is shown by.
+        let shown: HashMap<DestinationId, (String, String)> = destinations
             .iter()
-            .map(|d| (d.id, d.url.as_str()))
+            .map(|d| (d.id, (d.url.clone(), d.name())))
             .collect();
         let space_name = |id: &SpaceId| {
             spaces
@@ -175,9 +176,9 @@ impl ReadPort for Backend {
             .map(|d| Choice {
                 value: d.id.to_string(),
                 label: if chosen_space.is_some() {
-                    d.url.clone()
+                    format!("{} ({})", d.name(), d.url)
                 } else {
-                    format!("{} ({})", d.url, space_name(&d.space_id))
+                    format!("{} ({}, {})", d.name(), d.url, space_name(&d.space_id))
                 },
             })
             .collect();
@@ -213,28 +214,29 @@ impl ReadPort for Backend {
         page.next_cursor = (rows.len() as i64 == PAGE_SIZE)
             .then(|| rows.last().map(|d| d.id.to_string()))
             .flatten();
-        let mut extra_urls: HashMap<DestinationId, String> = HashMap::new();
+        let mut extra: HashMap<DestinationId, (String, String)> = HashMap::new();
         for d in &rows {
-            if !urls.contains_key(&d.destination_id) && !extra_urls.contains_key(&d.destination_id)
-            {
-                let url = self
+            if !shown.contains_key(&d.destination_id) && !extra.contains_key(&d.destination_id) {
+                let deleted = || ("(deleted)".to_owned(), "(deleted)".to_owned());
+                let found = self
                     .storage
                     .get_destination(d.space_id, d.destination_id)
                     .await
-                    .map(|x| x.url)
-                    .unwrap_or_else(|_| "(deleted)".into());
-                extra_urls.insert(d.destination_id, url);
+                    .map(|x| (x.url.clone(), x.name()))
+                    .unwrap_or_else(|_| deleted());
+                extra.insert(d.destination_id, found);
             }
         }
         page.rows = rows
             .iter()
             .map(|d| {
-                let url = urls
+                let (url, name) = shown
                     .get(&d.destination_id)
-                    .copied()
-                    .or_else(|| extra_urls.get(&d.destination_id).map(String::as_str))
-                    .unwrap_or("(deleted)");
-                views::delivery_row(d, space_name(&d.space_id), url)
+                    .or_else(|| extra.get(&d.destination_id))
+                    .map_or(("(deleted)", "(deleted)"), |(u, n)| {
+                        (u.as_str(), n.as_str())
+                    });
+                views::delivery_row(d, space_name(&d.space_id), (url, name))
             })
             .collect();
         Ok(page)
@@ -269,7 +271,7 @@ impl ReadPort for Backend {
             .await
             .map_err(internal)?;
         Ok(DeliveryDetail {
-            row: views::delivery_row(&d, &space.name, &destination.url),
+            row: views::delivery_row(&d, &space.name, (&destination.url, &destination.name())),
             webhook_id: d.webhook_id(),
             event_id: d.event_id.to_string(),
             payload: serde_json::to_string_pretty(&event.payload)

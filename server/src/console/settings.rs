@@ -44,6 +44,7 @@ struct Read {
     filter: Option<String>,
     ordering: DeliveryOrdering,
     headers: HeaderChanges,
+    name: Option<String>,
 }
 
 fn whole(v: &str, what: &str) -> Result<Option<i64>, ConsoleError> {
@@ -156,6 +157,8 @@ fn read_form(f: &DestinationForm) -> Result<Read, ConsoleError> {
         filter: (!filter.is_empty()).then(|| f.filter.clone()),
         ordering,
         headers: header_lines(&f.headers.0)?,
+        // Blank: it goes by its URL's host; otherwise the names rule sees it as typed.
+        name: (!f.name.trim().is_empty()).then(|| f.name.clone()),
     })
 }
 
@@ -174,6 +177,7 @@ pub fn new_settings(f: &DestinationForm) -> Result<NewSettings, ConsoleError> {
         filter: r.filter,
         ordering: Some(r.ordering),
         headers: Some(r.headers),
+        name: r.name,
     })
 }
 
@@ -193,6 +197,7 @@ pub fn changes(f: &DestinationForm) -> Result<Changes, ConsoleError> {
         filter: Some(r.filter),
         ordering: Some(r.ordering),
         headers: Some(r.headers),
+        name: Some(r.name),
     })
 }
 
@@ -233,6 +238,7 @@ pub fn form_of(d: &Destination) -> DestinationForm {
                 .map(|(n, v)| format!("{n}: {v}\n"))
                 .collect(),
         ),
+        name: d.name.clone().unwrap_or_default(),
         ..Default::default()
     };
     if let Ok(p) = RetryPolicy::parse(Some(&d.retry_policy), Some(d.max_attempts)) {

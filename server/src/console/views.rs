@@ -44,7 +44,9 @@ pub fn user(u: &User) -> UserView {
     }
 }
 
-pub fn delivery_row(d: &Delivery, space_name: &str, destination_url: &str) -> DeliveryRow {
+/// A delivery's row; `destination` is its destination's (URL, name as shown).
+pub fn delivery_row(d: &Delivery, space_name: &str, destination: (&str, &str)) -> DeliveryRow {
+    let (destination_url, destination_name) = destination;
     DeliveryRow {
         id: d.id.to_string(),
         space_id: d.space_id.to_string(),
@@ -61,6 +63,7 @@ pub fn delivery_row(d: &Delivery, space_name: &str, destination_url: &str) -> De
         created_at: d.created_at,
         resent_from: d.resent_from.map(|i| i.to_string()),
         resent_as: d.resent_as.map(|i| i.to_string()),
+        destination_name: destination_name.to_owned(),
     }
 }
 
@@ -172,6 +175,7 @@ pub fn destination(
         filtered_events: d.filtered_events,
         ordering: d.ordering.as_str().to_owned(),
         headers: crate::ops::headers::masked(&d.headers),
+        name: d.name(),
     }
 }
 

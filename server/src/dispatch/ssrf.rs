@@ -17,6 +17,9 @@ use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetworkPolicy {
     allow: Vec<IpNet>,
+    /// Whole URLs that may be called though their address is blocked: the demo
+    /// receiver's (docs D17), exactly as written, with an IP-literal host.
+    exact: Vec<url::Url>,
 }
 
 /// An address we refuse to call, and which blocked network it is in.
@@ -67,7 +70,29 @@ impl NetworkPolicy {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(NetworkPolicy { allow })
+        Ok(NetworkPolicy {
+            allow,
+            exact: Vec::new(),
+        })
+    }
+
+    /// The policy that also lets exactly `urls` be called (scheme, IP-literal host,
+    /// port, path and query as written; nothing else at that address): the built-in
+    /// demo receiver (docs D17). A URL with a host name is refused, since a name could
+    /// later resolve elsewhere.
+    pub fn with_exact_urls(mut self, urls: Vec<url::Url>) -> Result<Self, String> {
+        for url in &urls {
+            if !matches!(url.host(), Some(url::Host::Ipv4(_) | url::Host::Ipv6(_))) {
+                return Err(format!("{url} does not name its host by IP address"));
+            }
+        }
+        self.exact = urls;
+        Ok(self)
+    }
+
+    /// Whether `url` is one of the exactly allowed URLs.
+    pub fn allows_exactly(&self, url: &url::Url) -> bool {
+        self.exact.iter().any(|allowed| allowed == url)
     }
 
     /// The networks the operator opened.
@@ -127,6 +152,9 @@ pub fn check_url(url: &url::Url, policy: &NetworkPolicy) -> Result<(), UrlReject
             "only http and https URLs can be called, not {}:",
             url.scheme()
         )));
+    }
+    if policy.allows_exactly(url) {
+        return Ok(());
     }
     let ip = match url.host() {
         None => return Err(UrlRejected::Invalid("the URL has no host".to_owned())),
@@ -304,6 +332,34 @@ fn low_v4(ip: Ipv6Addr) -> Ipv4Addr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_exactly_allowed_url_passes_and_nothing_else_at_its_address_does() {
+        let demo = url::Url::parse("http://127.0.0.1:3000/_demo/receiver/healthy").unwrap();
+        let policy = none().with_exact_urls(vec![demo.clone()]).unwrap();
+        assert_eq!(check_url(&demo, &policy), Ok(()));
+        for other in [
+            "http://127.0.0.1:3000/_demo/receiver/healthy?x=1",
+            "http://127.0.0.1:3000/_demo/receiver/other",
+            "http://127.0.0.1:3000/_demo/receiver/healthy/",
+            "http://127.0.0.1:3000/v1/projects",
+            "http://127.0.0.1:3001/_demo/receiver/healthy",
+            "https://127.0.0.1:3000/_demo/receiver/healthy",
+            "http://127.0.0.2:3000/_demo/receiver/healthy",
+            "http://[::1]:3000/_demo/receiver/healthy",
+        ] {
+            let url = url::Url::parse(other).unwrap();
+            assert!(
+                matches!(check_url(&url, &policy), Err(UrlRejected::Blocked(_))),
+                "{other}"
+            );
+        }
+        let named = url::Url::parse("http://localhost:3000/_demo/receiver/healthy").unwrap();
+        assert!(
+            none().with_exact_urls(vec![named]).is_err(),
+            "a host name could resolve elsewhere"
+        );
+    }
 
     fn none() -> NetworkPolicy {
         NetworkPolicy::default()

@@ -121,6 +121,8 @@ pub struct Destination {
     pub ordering: DeliveryOrdering,
     /// Its own request headers, sent on every attempt (docs §2.9).
     pub headers: CustomHeaders,
+    /// Its own name, as given; `None`: it goes by its URL's host ([`Destination::name`]).
+    pub name: Option<String>,
 }
 
 /// The headers PartyFlow Hooks sets itself or HTTP owns: never a destination's own
@@ -194,6 +196,11 @@ impl std::fmt::Debug for CustomHeaders {
 }
 
 impl Destination {
+    /// The name it is shown by: its own, or else its URL's host ([`default_name`]).
+    pub fn name(&self) -> String {
+        shown_name(self.name.as_deref(), &self.url)
+    }
+
     /// Whether an event of `event_type` goes to this destination (status aside).
     pub fn subscribes_to(&self, event_type: &str) -> bool {
         match &self.event_types {
@@ -204,6 +211,48 @@ impl Destination {
             }
         }
     }
+}
+
+/// A destination's name as shown: `own` when it has one, else its URL's host
+/// ([`default_name`]). The one place the default is applied (storage keeps `NULL` for
+/// "no name of its own", so a changed URL changes the name shown).
+pub fn shown_name(own: Option<&str>, url: &str) -> String {
+    match own {
+        Some(name) => name.to_owned(),
+        None => default_name(url),
+    }
+}
+
+/// The name of a destination that was given none: its URL's host, with the port when it
+/// is not the scheme's default (`https://shop.example/hooks` → `shop.example`,
+/// `http://127.0.0.1:8080/h` → `127.0.0.1:8080`). A URL that does not parse (never
+/// stored: URLs are checked on save) is its own name.
+pub fn default_name(url: &str) -> String {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return url.to_owned();
+    };
+    match (parsed.host_str(), parsed.port()) {
+        (Some(host), Some(port)) => format!("{host}:{port}"),
+        (Some(host), None) => host.to_owned(),
+        (None, _) => url.to_owned(),
+    }
+}
+
+/// The notification of a destination `streak` dead-letters into a row that will be
+/// disabled at `after` (docs §2.6): named, with its URL beside the name.
+pub fn failing_destination_text(name: &str, url: &str, streak: i64, after: i64) -> String {
+    format!(
+        "Destination \u{201c}{name}\u{201d} ({url}) has dead-lettered {streak} deliveries in a row; \
+         it will be disabled at {after}."
+    )
+}
+
+/// The notification of a destination disabled for `reason` (docs §2.6).
+pub fn disabled_destination_text(name: &str, url: &str, reason: &str) -> String {
+    format!(
+        "Destination \u{201c}{name}\u{201d} ({url}) was disabled after {reason}. New events are not \
+         delivered to it; waiting deliveries are paused until an admin re-enables it."
+    )
 }
 
 /// The subscription entry that takes every event type.
@@ -479,7 +528,58 @@ mod tests {
             filtered_events: 0,
             ordering: DeliveryOrdering::Unordered,
             headers: CustomHeaders::default(),
+            name: None,
         }
+    }
+
+    #[test]
+    fn a_destination_without_a_name_goes_by_its_urls_host_with_a_port_that_is_not_the_default() {
+        assert_eq!(
+            default_name("https://shop.example/hooks?x=1"),
+            "shop.example"
+        );
+        assert_eq!(
+            default_name("https://shop.example:443/hooks"),
+            "shop.example"
+        );
+        assert_eq!(default_name("http://shop.example:80/"), "shop.example");
+        assert_eq!(
+            default_name("https://shop.example:8443/h"),
+            "shop.example:8443"
+        );
+        assert_eq!(
+            default_name("http://127.0.0.1:33743/hook"),
+            "127.0.0.1:33743"
+        );
+        assert_eq!(
+            default_name("http://user:pw@hooks.example/h"),
+            "hooks.example"
+        );
+        assert_eq!(default_name("http://[::1]:8080/h"), "[::1]:8080");
+        assert_eq!(default_name("not a url"), "not a url");
+    }
+
+    #[test]
+    fn its_own_name_wins_over_the_host() {
+        let mut d = subscribed(&["*"]);
+        assert_eq!(d.name(), "example.com");
+        d.name = Some("Orders".into());
+        assert_eq!(d.name(), "Orders");
+    }
+
+    #[test]
+    fn the_notifications_name_the_destination_with_its_url_beside_it() {
+        assert_eq!(
+            failing_destination_text("Orders", "https://shop.example/hooks", 50, 100),
+            "Destination \u{201c}Orders\u{201d} (https://shop.example/hooks) has dead-lettered 50 \
+             deliveries in a row; it will be disabled at 100."
+        );
+        let disabled = disabled_destination_text(
+            "Orders",
+            "https://shop.example/hooks",
+            "3 dead-lettered deliveries in a row",
+        );
+        assert!(disabled.starts_with("Destination \u{201c}Orders\u{201d} (https://shop.example/hooks) was disabled after 3 dead-lettered deliveries in a row."), "{disabled}");
     }
 
     #[test]

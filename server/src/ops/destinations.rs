@@ -78,6 +78,8 @@ pub struct NewSettings {
     pub ordering: Option<DeliveryOrdering>,
     /// Its own request headers; none when `None`.
     pub headers: Option<HeaderChanges>,
+    /// Its name (`ops::names`, trimmed); `None`: it goes by its URL's host.
+    pub name: Option<String>,
 }
 
 /// Changes to a destination: `None` leaves a setting as it is; for the settings
@@ -102,6 +104,8 @@ pub struct Changes {
     pub ordering: Option<DeliveryOrdering>,
     /// Changes to its request headers (merged or replaced: [`HeaderChanges`]).
     pub headers: Option<HeaderChanges>,
+    /// `Some(None)`: no name of its own any more; its URL's host is shown.
+    pub name: Option<Option<String>>,
 }
 
 /// Checks every setting and makes the destination, with a new signing secret.
@@ -139,6 +143,7 @@ pub async fn create(
             Some(h) => headers::apply(&CustomHeaders::default(), h)?,
             None => CustomHeaders::default(),
         },
+        name: check_name(s.name)?,
     })
 }
 
@@ -188,6 +193,9 @@ pub async fn apply(
     }
     if let Some(h) = c.headers {
         next.headers = headers::apply(&d.headers, h)?;
+    }
+    if let Some(name) = c.name {
+        next.name = check_name(name)?;
     }
     next.updated_at = now;
     *d = next;
@@ -333,6 +341,16 @@ async fn check_filter(
         })
 }
 
+/// A destination's own name: the names rule (`ops::names`: a blank one is refused);
+/// `None` leaves it going by its URL's host.
+fn check_name(name: Option<String>) -> Result<Option<String>, SettingsError> {
+    name.map(|n| {
+        super::names::parse(super::names::NameKind::Destination, &n)
+            .map_err(|e| refuse("invalid_name", "Name", e.to_string()))
+    })
+    .transpose()
+}
+
 fn check_description(d: Option<String>) -> Result<String, SettingsError> {
     let d = d.unwrap_or_default();
     if d.chars().count() > 1000 {
@@ -428,6 +446,36 @@ mod tests {
             ("invalid_transformation", "Transformation")
         );
         assert!(e.message.contains("does not compile"), "{}", e.message);
+    }
+
+    #[tokio::test]
+    async fn a_name_is_optional_trimmed_checked_and_can_be_dropped_for_the_host() {
+        let mut d = create(SpaceId::new(), new("https://shop.example/h"), 1, &InProcess)
+            .await
+            .unwrap();
+        assert_eq!(
+            (d.name.as_deref(), d.name().as_str()),
+            (None, "shop.example")
+        );
+        let named = |name: &str| Changes {
+            name: Some(Some(name.into())),
+            ..Default::default()
+        };
+        apply(&mut d, named("  Orders  "), 2, &InProcess)
+            .await
+            .unwrap();
+        assert_eq!(d.name(), "Orders");
+        for bad in ["", "   ", "a\nb", &"x".repeat(101)] {
+            let e = apply(&mut d, named(bad), 3, &InProcess).await.unwrap_err();
+            assert_eq!((e.code, e.setting), ("invalid_name", "Name"), "{bad:?}");
+        }
+        assert_eq!(d.name(), "Orders");
+        let dropped = Changes {
+            name: Some(None),
+            ..Default::default()
+        };
+        apply(&mut d, dropped, 4, &InProcess).await.unwrap();
+        assert_eq!(d.name(), "shop.example");
     }
 
     #[tokio::test]

@@ -259,6 +259,7 @@ mod tests {
             filtered_events: 0,
             ordering: DeliveryOrdering::Unordered,
             headers: CustomHeaders::default(),
+            name: None,
         }
     }
 

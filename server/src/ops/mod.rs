@@ -20,9 +20,11 @@
 //! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out).
 //! - [`retention`]: a space's own retention, set by the REST API and the console.
 //! - [`audit`]: who made a change and its audit entry; when a key's use is written.
+//! - [`demo`]: the demo space: created with its destinations, removed with everything in it.
 
 pub mod audit;
 pub mod credentials;
+pub mod demo;
 pub mod destinations;
 pub mod event_types;
 pub mod filters;

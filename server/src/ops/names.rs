@@ -4,6 +4,10 @@
 //! maximum, and no control characters anywhere in the value as sent (trimming does not
 //! excuse a trailing newline, as the API documents' `pattern` says). The REST API
 //! (`http::v1::extract::check_name`), the console and the CLI all call [`parse`].
+//!
+//! A destination's name is optional: without one it goes by its URL's host
+//! (`domain::default_name`, in the domain because storage writes the notifications that
+//! name a destination, and storage does not depend on this layer).
 
 use super::OpsError;
 
@@ -15,6 +19,7 @@ pub enum NameKind {
     Bot,
     IncomingWebhook,
     ApiKey,
+    Destination,
 }
 
 impl NameKind {
@@ -22,7 +27,11 @@ impl NameKind {
     pub const fn max_chars(self) -> usize {
         match self {
             NameKind::Space => 200,
-            NameKind::Channel | NameKind::Bot | NameKind::IncomingWebhook | NameKind::ApiKey => 100,
+            NameKind::Channel
+            | NameKind::Bot
+            | NameKind::IncomingWebhook
+            | NameKind::ApiKey
+            | NameKind::Destination => 100,
         }
     }
 
@@ -34,6 +43,7 @@ impl NameKind {
             NameKind::Bot => "a bot name",
             NameKind::IncomingWebhook => "a webhook name",
             NameKind::ApiKey => "an API key name",
+            NameKind::Destination => "a destination name",
         }
     }
 }
@@ -87,6 +97,7 @@ mod tests {
         assert_eq!(NameKind::Bot.max_chars(), 100);
         assert_eq!(NameKind::IncomingWebhook.max_chars(), 100);
         assert_eq!(NameKind::ApiKey.max_chars(), 100);
+        assert_eq!(NameKind::Destination.max_chars(), 100);
         assert_eq!(NameKind::Space.max_chars(), 200);
         assert!(parse(NameKind::Space, &"x".repeat(200)).is_ok());
         assert!(refused(NameKind::Space, &"x".repeat(201)));

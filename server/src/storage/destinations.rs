@@ -14,7 +14,7 @@ use super::*;
 pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
     previous_secret, previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, \
     timeout_seconds, retry_policy, transformation, status, consecutive_dead_letters, skipped_events, \
-    disabled_reason, created_at, updated_at, payload_filter, filtered_events, ordering, headers";
+    disabled_reason, created_at, updated_at, payload_filter, filtered_events, ordering, headers, name";
 
 /// Destinations: created, read, changed, enabled and disabled by the REST API and the
 /// console.
@@ -89,9 +89,9 @@ where
             "INSERT INTO destinations (id, space_id, url, description, event_types, secret, previous_secret, \
              previous_secret_expires_at, rate_limit_count, rate_limit_period, max_attempts, timeout_seconds, \
              retry_policy, transformation, status, consecutive_dead_letters, skipped_events, disabled_reason, \
-             created_at, updated_at, payload_filter, filtered_events, headers) \
+             created_at, updated_at, payload_filter, filtered_events, headers, name) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
-             $21, $22, $23)",
+             $21, $22, $23, $24)",
         )
         .bind(d.id.to_string())
         .bind(d.space_id.to_string())
@@ -116,6 +116,7 @@ where
         .bind(&d.filter)
         .bind(d.filtered_events)
         .bind(headers_json(&d.headers))
+        .bind(&d.name)
         .execute(&mut *tx)
         .await?;
         Self::write_ordering(&mut tx, d).await?;
@@ -181,7 +182,7 @@ where
             "UPDATE destinations SET url = $1, description = $2, event_types = $3, secret = $4, \
              previous_secret = $5, previous_secret_expires_at = $6, rate_limit_count = $7, \
              rate_limit_period = $8, max_attempts = $9, timeout_seconds = $10, retry_policy = $11, \
-             transformation = $12, updated_at = $13, payload_filter = $16, headers = $17 WHERE id = $14 AND space_id = $15",
+             transformation = $12, updated_at = $13, payload_filter = $16, headers = $17, name = $18 WHERE id = $14 AND space_id = $15",
         )
         .bind(&d.url)
         .bind(&d.description)
@@ -200,6 +201,7 @@ where
         .bind(d.space_id.to_string())
         .bind(&d.filter)
         .bind(headers_json(&d.headers))
+        .bind(&d.name)
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
@@ -368,6 +370,7 @@ pub(super) struct DestinationRow {
     filtered_events: i64,
     ordering: String,
     headers: String,
+    name: Option<String>,
 }
 
 impl TryFrom<DestinationRow> for Destination {
@@ -413,6 +416,7 @@ impl TryFrom<DestinationRow> for Destination {
             filtered_events: r.filtered_events,
             ordering: parse("destinations.ordering", &r.ordering)?,
             headers: headers_of(&r.headers)?,
+            name: r.name,
         })
     }
 }

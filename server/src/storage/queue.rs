@@ -507,14 +507,15 @@ where
                 .await?;
             }
             NextStep::DeadLetter => {
-                let (streak, url, status): (i64, String, String) = sqlx::query_as(
+                let (streak, url, status, own_name): (i64, String, String, Option<String>) = sqlx::query_as(
                     "UPDATE destinations SET consecutive_dead_letters = consecutive_dead_letters + 1 \
-                     WHERE id = $1 RETURNING consecutive_dead_letters, url, status",
+                     WHERE id = $1 RETURNING consecutive_dead_letters, url, status, name",
                 )
                 .bind(&dst)
                 .fetch_one(&mut **tx)
                 .await?;
                 effects.dead_letter_streak = Some(streak);
+                let name = shown_name(own_name.as_deref(), &url);
                 let active = status == DestinationStatus::Active.as_str();
                 let step = if active {
                     rule.step(streak)
@@ -527,10 +528,7 @@ where
                         effects.warned = true;
                         Some((
                             "destination.failing",
-                            format!(
-                            "Destination {url} has dead-lettered {streak} deliveries in a row; \
-                             it will be disabled at {}.", rule.after
-                        ),
+                            failing_destination_text(&name, &url, streak, rule.after),
                         ))
                     }
                     StreakStep::Disable => {
@@ -553,10 +551,10 @@ where
                         .bind(&dst)
                         .execute(&mut **tx)
                         .await?;
-                        Some(("destination.disabled", format!(
-                            "Destination {url} was disabled after {reason}. New events are not \
-                             delivered to it; waiting deliveries are paused until an admin re-enables it."
-                        )))
+                        Some((
+                            "destination.disabled",
+                            disabled_destination_text(&name, &url, &reason),
+                        ))
                     }
                 };
                 if let Some((kind, message)) = message {

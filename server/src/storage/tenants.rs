@@ -51,6 +51,15 @@ pub trait TenantStore: Send + Sync + std::fmt::Debug {
         retention: Option<Retention>,
         audit: Option<&AuditEntry>,
     ) -> Result<()>;
+    /// Marks `id` as the demo space (docs D17), whose sample traffic runs until `until`.
+    async fn set_demo_until(&self, id: SpaceId, until: UnixMs) -> Result<()>;
+    /// The demo space, when there is one (the oldest, were there several).
+    async fn demo_space(&self) -> Result<Option<SpaceId>>;
+    /// The demo spaces whose sample traffic still runs at `now`.
+    async fn live_demo_spaces(&self, now: UnixMs) -> Result<Vec<SpaceId>>;
+    /// Deletes a space and everything in it (its rows go with it, by the schema's
+    /// `ON DELETE CASCADE`; its audit entries too). Only `partyflow demo --remove` does.
+    async fn delete_space(&self, id: SpaceId) -> Result<()>;
 }
 
 #[async_trait]
@@ -179,6 +188,52 @@ where
             audit,
         )
         .await
+    }
+
+    async fn set_demo_until(&self, id: SpaceId, until: UnixMs) -> Result<()> {
+        self.write_one_audited(
+            sqlx::query("UPDATE spaces SET demo_until = $1 WHERE id = $2")
+                .bind(until)
+                .bind(id.to_string()),
+            None,
+        )
+        .await
+    }
+
+    async fn demo_space(&self) -> Result<Option<SpaceId>> {
+        let id: Option<(String,)> = sqlx::query_as(
+            "SELECT id FROM spaces WHERE demo_until IS NOT NULL ORDER BY id LIMIT 1",
+        )
+        .fetch_optional(&self.read)
+        .await?;
+        id.map(|(id,)| parse("spaces.id", &id)).transpose()
+    }
+
+    async fn live_demo_spaces(&self, now: UnixMs) -> Result<Vec<SpaceId>> {
+        let ids: Vec<(String,)> =
+            sqlx::query_as("SELECT id FROM spaces WHERE demo_until > $1 ORDER BY id")
+                .bind(now)
+                .fetch_all(&self.read)
+                .await?;
+        ids.iter().map(|(id,)| parse("spaces.id", id)).collect()
+    }
+
+    async fn delete_space(&self, id: SpaceId) -> Result<()> {
+        let mut writer = self.writes.writer(Durability::Full).await?;
+        let mut tx = writer.begin().await?;
+        sqlx::query("DELETE FROM audit_log WHERE space_id = $1")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query("DELETE FROM spaces WHERE id = $1")
+            .bind(id.to_string())
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::NotFound);
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn touch_api_key(&self, id: ApiKeyId, now: UnixMs, interval_ms: i64) -> Result<bool> {

@@ -37,6 +37,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
         filtered_events: 0,
         ordering: DeliveryOrdering::Unordered,
         headers: CustomHeaders::default(),
+        name: None,
     };
     s.create_destination(&d, None).await.unwrap();
     for i in 0..3 {

@@ -48,6 +48,7 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
         filtered_events: 0,
         ordering: DeliveryOrdering::Unordered,
         headers: CustomHeaders::default(),
+        name: None,
     }
 }
 

@@ -97,6 +97,17 @@ struct CreateBody {
     #[serde(default)]
     #[schema(value_type = Option<super::openapi::HeadersInput>)]
     headers: Option<BTreeMap<String, String>>,
+    /// What it is called in the console and in notifications: 1 to 100 characters after
+    /// trimming (kept trimmed), not only white space, no control characters. Absent or
+    /// `null`: it goes by its URL's host (with the port when not the default).
+    #[serde(default)]
+    #[schema(
+        examples("Orders"),
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    name: Option<String>,
 }
 
 /// Absent stays `None`; `null` becomes `Some(None)`: PATCH can clear a field.
@@ -108,7 +119,7 @@ fn nullable<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
 
 /// The fields to change; absent fields (and `null` for `url`, `description`,
 /// `maxAttempts`, `timeoutSeconds`, `retryPolicy`, `headers`) stay as they are. `null`
-/// clears `eventTypes` (every type), `rateLimit`, `transformation` and `filter`. `headers`
+/// clears `eventTypes` (every type), `rateLimit`, `transformation`, `filter` and `name` (back to its URL's host). `headers`
 /// is merged: `{"X-Team": "new"}` changes that header only, `{"X-Team": null}` removes it.
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -153,6 +164,16 @@ struct UpdateBody {
     #[serde(default)]
     #[schema(value_type = Option<super::openapi::HeadersPatch>)]
     headers: Option<BTreeMap<String, Option<String>>>,
+    /// A new name (see `CreateDestination.name`); `null` drops its own name, so it goes
+    /// by its URL's host again.
+    #[serde(default, deserialize_with = "nullable")]
+    #[schema(
+        value_type = Option<String>,
+        min_length = 1,
+        max_length = 100,
+        pattern = r"^[^\x00-\x1f\x7f-\x9f]*[^\x00-\x1f\x7f-\x9f \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00-\x1f\x7f-\x9f]*$"
+    )]
+    name: Option<Option<String>>,
 }
 
 /// An event type: 1–100 of `A–Z a–z 0–9 . _ : -` (the rule lives in [`crate::ops::destinations`]).
@@ -207,6 +228,7 @@ async fn create(
         headers: body
             .headers
             .map(|h| HeaderChanges::Merge(h.into_iter().map(|(n, v)| (n, Some(v))).collect())),
+        name: body.name,
     };
     let destination = destinations::create(space_id, settings, now_ms(), &state.sandbox).await?;
     let audit = caller.audit(AuditAction::DestinationCreate, destination.id, Value::Null);
@@ -337,6 +359,7 @@ async fn update(
         headers: body
             .headers
             .map(|h| HeaderChanges::Merge(h.into_iter().collect())),
+        name: body.name,
     };
     destinations::apply(&mut d, changes, now_ms(), &state.sandbox).await?;
     let audit = caller.audit(AuditAction::DestinationUpdate, d.id, Value::Null);

@@ -76,6 +76,10 @@ pub struct DestinationView {
     /// Its own request headers, sent on every attempt; the values are secrets, always
     /// shown masked (`••••…1234`: the last 4 characters, fewer for short values).
     pub headers: std::collections::BTreeMap<String, String>,
+    /// What it is called: its own name, or else its URL's host (with the port when not
+    /// the scheme's default).
+    #[schema(examples("Orders"))]
+    pub name: String,
 }
 
 impl DestinationView {
@@ -104,6 +108,7 @@ impl DestinationView {
             headers: crate::ops::headers::masked(&d.headers)
                 .into_iter()
                 .collect(),
+            name: d.name(),
         }
     }
 }
