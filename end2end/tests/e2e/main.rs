@@ -6,6 +6,7 @@
 mod admin;
 mod alerts;
 mod audit;
+mod bundle;
 mod catalog;
 mod deliveries;
 mod first_run;
