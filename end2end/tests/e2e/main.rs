@@ -3,6 +3,7 @@
 //! binary, one module per area. The support code is the crate's library
 //! (`end2end/src/`); `./dev test` builds the console's wasm into `site/pkg` first.
 
+mod accessibility;
 mod admin;
 mod alerts;
 mod audit;
