@@ -238,7 +238,9 @@ fn router(state: AppState) -> Router {
             state.clone(),
             console::require_login,
         ))
-        .layer(axum::middleware::from_fn(crate::assets::html_no_cache));
+        .layer(axum::middleware::from_fn(crate::assets::html_no_cache))
+        // A refused plain form post keeps what was typed (docs §6 "Forms keep what was typed").
+        .layer(axum::middleware::from_fn(app::guard::keep_typed));
 
     let max_body = state.config.max_body_bytes;
     Router::new()
