@@ -84,7 +84,7 @@ pub fn cache_policy(path: &str) -> &'static str {
 
 /// `/pkg/…`: the files of `site_root/pkg`, the precompressed copy chosen by the
 /// request's `Accept-Encoding` (brotli first, then gzip, else the file itself), with
-/// their [`cache_policy`].
+/// their [`cache_policy`] and `Vary: Accept-Encoding`.
 pub fn router<S: Clone + Send + Sync + 'static>(site_root: &Path) -> Router<S> {
     let files = ServeDir::new(site_root.join("pkg"))
         .precompressed_br()
@@ -98,8 +98,11 @@ async fn with_cache_policy(req: Request, next: Next) -> Response {
     let policy = cache_policy(req.uri().path());
     let mut resp = next.run(req).await;
     if resp.status().is_success() || resp.status() == StatusCode::NOT_MODIFIED {
-        resp.headers_mut()
-            .insert(header::CACHE_CONTROL, HeaderValue::from_static(policy));
+        let headers = resp.headers_mut();
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(policy));
+        // The answer depends on Accept-Encoding (a .br, a .gz or the file): caches in
+        // between must keep them apart.
+        headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     }
     resp
 }

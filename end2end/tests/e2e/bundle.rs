@@ -143,6 +143,7 @@ async fn assets_come_precompressed_and_hashed_names_are_immutable() {
                 headers["cache-control"], "public, max-age=31536000, immutable",
                 "{path}"
             );
+            assert_eq!(headers["vary"], "accept-encoding", "{path}");
             let body = resp.bytes().await.unwrap();
             let expected = std::fs::read(
                 server::testkit::site_root()

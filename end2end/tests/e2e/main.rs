@@ -11,6 +11,7 @@ mod bundle;
 mod catalog;
 mod deliveries;
 mod first_run;
+mod forms;
 mod headers;
 mod login;
 mod manage;
