@@ -623,3 +623,11 @@ pub async fn send_test_alert(space: String) -> Result<Notice, ConsoleError> {
         .await?;
     crate::guard::answer(notice, None).await
 }
+
+/// What was typed into the last form posted to the server function at `path` and
+/// refused, without JavaScript (see [`crate::guard::keep_typed`]).
+#[server(endpoint = "typed")]
+pub async fn typed_form(path: String) -> Result<Option<Vec<(String, String)>>, ConsoleError> {
+    crate::guard::signed_in().await?;
+    crate::guard::typed(&path).await
+}

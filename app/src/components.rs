@@ -28,7 +28,8 @@ pub fn console() -> Console {
 }
 
 /// A server action for a change: when it finishes, its result is shown at the top of
-/// the page and every resource keyed on [`Console::refresh`] reloads.
+/// the page and, when it changed something, every resource keyed on
+/// [`Console::refresh`] reloads.
 pub fn use_mutation<S>() -> ServerAction<S>
 where
     S: ServerFn<Output = Notice, Error = ConsoleError> + Clone + Send + Sync + 'static,
@@ -39,8 +40,14 @@ where
         move || action.version().get(),
         move |_, _, _| {
             if let Some(ctx) = ctx {
-                ctx.notice.set(action.value().get_untracked());
-                ctx.refresh.update(|n| *n += 1);
+                let result = action.value().get_untracked();
+                // Only a change reloads the page's data: a refused form keeps what was
+                // typed (reloading would render it again from the saved values).
+                let changed = matches!(result, Some(Ok(_)));
+                ctx.notice.set(result);
+                if changed {
+                    ctx.refresh.update(|n| *n += 1);
+                }
             }
         },
         false,
@@ -477,6 +484,111 @@ pub fn query_string(pairs: &[(&str, String)]) -> String {
     }
 }
 
+/// What was typed into a refused form, by field name: with JavaScript the form simply
+/// stays as it is; without, a refused plain post comes back to the page with the
+/// refusal in its URL (`__path`, `__err`) and the fields kept in the session
+/// (`guard::keep_typed`), read here so the page renders the user's values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Typed(pub Vec<(String, String)>);
+
+impl Typed {
+    /// The value typed into field `name`, if it was posted.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The typed value of `name`, or `saved` when the field was not posted.
+    pub fn or(typed: &Option<Typed>, name: &str, saved: String) -> String {
+        typed
+            .as_ref()
+            .and_then(|t| t.get(name))
+            .map(str::to_owned)
+            .unwrap_or(saved)
+    }
+
+    /// The fields as a form struct whose fields are all text (missing ones default).
+    pub fn fill<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        serde_json::from_value(serde_json::Value::Object(map)).ok()
+    }
+}
+
+/// The server function a page's URL names as having refused a plain form post (`__path`).
+fn refused_path() -> Memo<Option<String>> {
+    let query = use_query_map();
+    Memo::new(move |_| {
+        let q = query.read();
+        q.get("__err").and(q.get("__path"))
+    })
+}
+
+/// What was typed into the form of server function `S` when it was refused without
+/// JavaScript (`None` otherwise): pages fill their forms from it instead of the saved
+/// values.
+pub fn use_typed<S: ServerFn>() -> Resource<Option<Typed>> {
+    let path = refused_path();
+    Resource::new(
+        move || path.get().filter(|p| p == S::PATH),
+        |path| async move {
+            match path {
+                Some(path) => crate::api::typed_form(path).await.ok().flatten().map(Typed),
+                None => None,
+            }
+        },
+    )
+}
+
+/// The message with which `S` refused the form, from the action (JavaScript) or from
+/// the URL (a plain form post): shown beside the field it names ([`FieldError`]) or
+/// the form's button.
+pub fn refusal<S>(action: ServerAction<S>) -> Signal<Option<String>>
+where
+    S: ServerFn<Output = Notice, Error = ConsoleError> + Clone + Send + Sync + 'static,
+{
+    let query = use_query_map();
+    Signal::derive(move || {
+        if let Some(result) = action.value().get() {
+            return result.err().map(|e| e.to_string());
+        }
+        let q = query.read();
+        (q.get("__path").as_deref() == Some(S::PATH))
+            .then(|| q.get("__err"))
+            .flatten()
+            .map(|e| ServerFnUrlError::<ConsoleError>::decode_err(&e).to_string())
+    })
+}
+
+/// Whether a refusal is about the field labelled `label`: the console words a refused
+/// setting "Label: what is wrong." (e.g. "Transformation: the jq program does not
+/// compile: …").
+pub fn names_field(message: &str, label: &str) -> bool {
+    message
+        .strip_prefix(label)
+        .is_some_and(|rest| rest.starts_with(':'))
+}
+
+/// The refusal beside the field labelled `label`, when it is about that field.
+#[component]
+pub fn FieldError(
+    error: Signal<Option<String>>,
+    label: &'static str,
+    #[prop(optional)] id: &'static str,
+) -> impl IntoView {
+    move || {
+        error
+            .get()
+            .filter(|m| names_field(m, label))
+            .map(|m| view! { <p class="field-error error-text" role="alert" id=id data-testid="field-error">{m}</p> })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,5 +609,34 @@ mod tests {
         for c in ERROR_CLASSES {
             assert_ne!(error_class_info(c).0, "Unknown", "{c}");
         }
+    }
+
+    #[test]
+    fn a_refusal_names_its_field_by_label() {
+        let m = "Transformation: the jq program does not compile: unexpected end.";
+        assert!(names_field(m, "Transformation"));
+        assert!(!names_field(m, "Filter"));
+        assert!(!names_field("Transformations are off.", "Transformation"));
+    }
+
+    #[test]
+    fn typed_values_win_over_saved_ones() {
+        let typed = Some(Typed(vec![
+            ("url".into(), "https://typed.example".into()),
+            ("transformation".into(), "{nope".into()),
+        ]));
+        assert_eq!(
+            Typed::or(&typed, "url", "https://saved.example".into()),
+            "https://typed.example"
+        );
+        assert_eq!(Typed::or(&typed, "filter", ".ok".into()), ".ok");
+        assert_eq!(
+            Typed::or(&None, "url", "https://saved.example".into()),
+            "https://saved.example"
+        );
+        let form: crate::types::DestinationForm = typed.unwrap().fill().unwrap();
+        assert_eq!(form.url, "https://typed.example");
+        assert_eq!(form.transformation, "{nope");
+        assert_eq!(form.filter, "");
     }
 }

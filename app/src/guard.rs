@@ -2,7 +2,8 @@
 //! who is asking ([`signed_in`]); for changes, that the request came from the
 //! console's own pages ([`for_change`], a CSRF check on top of the `SameSite=Strict`
 //! session cookie); and, for plain HTML form posts (no JavaScript), keeping the
-//! result in the session and going back to the page ([`answer`]).
+//! result in the session and going back to the page ([`answer`]); for a plain form post
+//! that is refused, keeping what was typed so the page can show it again ([`keep_typed`]).
 
 use axum::http::{header, HeaderMap};
 use serde::{Deserialize, Serialize};
@@ -185,6 +186,105 @@ pub async fn flash(id: &str) -> Result<Option<Notice>, ConsoleError> {
         .map(|f| f.notice))
 }
 
+/// The session key of what was typed into the last refused plain form post.
+const TYPED_KEY: &str = "typed";
+/// The most a form body may be to be kept (a destination's settings are a few KiB).
+const TYPED_MAX_BYTES: usize = 1024 * 1024;
+
+/// What was typed into a form whose plain post (no JavaScript) a server function refused:
+/// the function's path and the fields as posted.
+#[derive(Serialize, Deserialize)]
+struct Typed {
+    path: String,
+    at: i64,
+    fields: Vec<(String, String)>,
+}
+
+/// Whether a field of a refused form is kept to be shown again: everything but
+/// passwords, which stay only in the request that carried them.
+pub fn keeps_field(name: &str) -> bool {
+    !name.to_ascii_lowercase().contains("password")
+}
+
+/// Whether the `Location` of an answer to a plain form post is a server function's
+/// refusal: back to the page with the error in the URL (`__err`).
+pub fn is_refusal(location: &str) -> bool {
+    let query = location.split_once('?').map(|(_, q)| q).unwrap_or_default();
+    form_urlencoded::parse(query.as_bytes()).any(|(k, _)| k == "__err")
+}
+
+/// The form's fields that [`keeps_field`], in their order.
+fn kept_fields(body: &[u8]) -> Vec<(String, String)> {
+    form_urlencoded::parse(body)
+        .filter(|(k, _)| keeps_field(k))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// Middleware around the server functions: when a plain HTML form post (no JavaScript)
+/// is refused — the function answers with a redirect back to the page carrying `__err`
+/// — what was typed is kept in the session, so the page renders the form with the
+/// user's values instead of the saved ones ([`typed`], read by the page through
+/// `components::use_typed`). Every form of the console gets this from here, once.
+pub async fn keep_typed(
+    session: Session,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let form_post = req.method() == axum::http::Method::POST
+        && req.uri().path().starts_with("/api/")
+        && req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+        && req
+            .headers()
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.contains("text/html"));
+    if !form_post {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, TYPED_MAX_BYTES).await else {
+        return axum::http::StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    };
+    let path = parts.uri.path().to_owned();
+    let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes.clone()));
+    let resp = next.run(req).await;
+    let refused = resp
+        .headers()
+        .get(header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(is_refusal);
+    if refused {
+        let typed = Typed {
+            path,
+            at: now_ms(),
+            fields: kept_fields(&bytes),
+        };
+        if let Err(e) = session.insert(TYPED_KEY, typed).await {
+            tracing::warn!(error = %e, "could not keep a refused form's fields");
+        }
+    }
+    resp
+}
+
+/// The fields typed into the last refused plain post to the server function at `path`,
+/// if recent (they are shown once the page is back, with the refusal in its URL).
+pub async fn typed(path: &str) -> Result<Option<Vec<(String, String)>>, ConsoleError> {
+    let kept: Option<Typed> = session()
+        .await?
+        .get(TYPED_KEY)
+        .await
+        .map_err(|_| ConsoleError::Internal)?;
+    Ok(kept
+        .filter(|t| t.path == path && now_ms() - t.at < FLASH_TTL_MS)
+        .map(|t| t.fields))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,5 +331,21 @@ mod tests {
             "/x?a=1&flash=n"
         );
         assert_eq!(with_flash("/x#frag", "n"), "/x?flash=n");
+    }
+
+    #[test]
+    fn a_refused_form_keeps_its_fields_but_never_a_password() {
+        assert!(is_refusal(
+            "/destinations/d1/edit?__path=%2Fapi%2Fx&__err=eyJ9"
+        ));
+        assert!(!is_refusal("/destinations/d1/edit?flash=18f"));
+        assert!(!is_refusal("/x?a=__err"));
+        assert_eq!(
+            kept_fields(b"id=d1&transformation=%7Bnope&password=hunter2&new_password=x"),
+            vec![
+                ("id".to_owned(), "d1".to_owned()),
+                ("transformation".to_owned(), "{nope".to_owned())
+            ]
+        );
     }
 }

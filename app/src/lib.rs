@@ -13,7 +13,7 @@
 #![recursion_limit = "512"]
 
 use leptos::prelude::*;
-use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
+use leptos_meta::{provide_meta_context, MetaTags, Title};
 use leptos_router::{
     components::{ParentRoute, Route, Router, Routes},
     path, SsrMode,
@@ -38,6 +38,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                // The bundle's CSS under the same hashed name as its wasm and JavaScript.
+                <link rel="stylesheet" href=format!("/{}/{}.css", options.site_pkg_dir, options.output_name)/>
                 <HydrationScripts options/>
                 <MetaTags/>
             </head>
@@ -53,13 +55,15 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     // Effects run only in the browser, once hydrated: mark the page so tests (and
     // styles) can tell a live page from server-rendered HTML.
+    // `data-hydrated-at` is when (Unix ms), for the bundle test's time until hydrated.
     Effect::new(|_| {
         if let Some(body) = document().body() {
             let _ = body.set_attribute("data-hydrated", "true");
+            let at = leptos::web_sys::js_sys::Date::now();
+            let _ = body.set_attribute("data-hydrated-at", &format!("{at:.0}"));
         }
     });
     view! {
-        <Stylesheet id="partyflow" href="/pkg/partyflow.css"/>
         <Title text="PartyFlow Hooks"/>
         <Router>
             <Routes fallback=pages::NotFound>

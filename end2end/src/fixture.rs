@@ -61,8 +61,9 @@ fn e2e_config(db_url: &str) -> Config {
 }
 
 async fn start(with_users: bool, tweak: impl FnOnce(&mut Config)) -> Server {
+    let bundle = server::assets::bundle_name(&site_root());
     assert!(
-        site_root().join("pkg/partyflow_bg.wasm").exists(),
+        site_root().join(format!("pkg/{bundle}_bg.wasm")).exists(),
         "the console is not built into {}: run ./dev test",
         site_root().display()
     );

@@ -13,12 +13,15 @@
 //! - [`retention`]: the background purge of what is no longer kept (docs D10).
 //! - [`metrics`]: every Prometheus metric's name, description and labels, and the
 //!   functions that record them (served by `http::metrics` on its own listener).
+//! - [`assets`]: the console's built files: the bundle's hashed name, precompressed
+//!   serving, their `Cache-Control`.
 //! - [`startup`]: wires it all together and serves until a shutdown signal.
 //! - [`cli`]: the `partyflow` command line.
 //! - `testkit` (feature `testkit`): what the test suites share (fresh databases, the
 //!   server in-process, a test receiver).
 
 pub mod alerts;
+pub mod assets;
 pub mod auth;
 pub mod cli;
 pub mod clock;

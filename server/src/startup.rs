@@ -223,7 +223,7 @@ fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
 
 fn leptos_options(config: &Config, addr: std::net::SocketAddr) -> LeptosOptions {
     LeptosOptions::builder()
-        .output_name("partyflow")
+        .output_name(crate::assets::bundle_name(&config.site_root))
         .site_root(config.site_root.to_string_lossy().into_owned())
         .site_pkg_dir("pkg")
         .site_addr(addr)
@@ -249,7 +249,10 @@ fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             console::require_login,
-        ));
+        ))
+        .layer(axum::middleware::from_fn(crate::assets::html_no_cache))
+        // A refused plain form post keeps what was typed (docs §6 "Forms keep what was typed").
+        .layer(axum::middleware::from_fn(app::guard::keep_typed));
 
     let max_body = state.config.max_body_bytes;
     let demo = crate::demo::router(state.config.demo.settings());
@@ -257,6 +260,7 @@ fn router(state: AppState) -> Router {
         .merge(http::router(max_body))
         .merge(demo)
         .merge(console)
+        .merge(crate::assets::router(&state.config.site_root))
         // Every request by route template (docs §8 "Metrics"); `MatchedPath` is known here.
         .layer(axum::middleware::from_fn(http::metrics::track))
         .with_state(state)

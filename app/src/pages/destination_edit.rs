@@ -13,7 +13,9 @@ use leptos_router::hooks::use_params_map;
 
 use super::event_types::{CatalogDatalist, CATALOG_DATALIST};
 use crate::api::{get_destination_edit, TryDestination, UpdateDestination};
-use crate::components::{console, load_error, select_options, use_mutation, StatusBadge};
+use crate::components::{
+    console, load_error, refusal, select_options, use_mutation, use_typed, FieldError, StatusBadge,
+};
 use crate::error::ConsoleError;
 use crate::types::{DestinationEdit, DestinationForm, FilterVerdict, TryOutcome};
 
@@ -27,14 +29,22 @@ pub fn DestinationEditPage() -> impl IntoView {
         |(id, _)| get_destination_edit(id),
     );
     let save = use_mutation::<UpdateDestination>();
+    // A refused save comes back with what was typed, never the saved values.
+    let typed = use_typed::<UpdateDestination>();
 
     view! {
         <Title text="Destination settings · PartyFlow Hooks"/>
         <p class="crumbs"><a href=move || format!("/destinations/{}", id.get())>"← The destination"</a></p>
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
+                let typed = typed.await;
                 match data.await {
-                    Ok(e) => edit_view(e, save).into_any(),
+                    Ok(mut e) => {
+                        if let Some(f) = typed.and_then(|t| t.fill::<DestinationForm>()) {
+                            e.form = DestinationForm { id: e.form.id, space: e.form.space, ..f };
+                        }
+                        edit_view(e, save).into_any()
+                    }
                     Err(e) => load_error(e),
                 }
             })}
@@ -44,6 +54,7 @@ pub fn DestinationEditPage() -> impl IntoView {
 
 fn edit_view(e: DestinationEdit, save: ServerAction<UpdateDestination>) -> impl IntoView {
     let pending = save.pending();
+    let error = refusal(save);
     let id = e.form.id.clone();
     let back = format!("/destinations/{id}");
     view! {
@@ -57,19 +68,19 @@ fn edit_view(e: DestinationEdit, save: ServerAction<UpdateDestination>) -> impl 
         <section class="card">
             <ActionForm action=save>
                 <input type="hidden" name="id" value=id/>
-                <SettingsFields f=e.form/>
+                <SettingsFields f=e.form error/>
                 <div class="actions">
                     <button type="submit" data-testid="save-settings" disabled=move || pending.get()>
                         {move || if pending.get() { "Saving…" } else { "Save settings" }}
                     </button>
                     <a class="button secondary" href=back>"Back without saving"</a>
                     // Next to the button as well as at the top: the page may be scrolled down here.
-                    {move || save.value().get().map(|r| match r {
-                        Ok(_) => view! { <p class="inline-result ok-text" role="status">"Saved."</p> }.into_any(),
-                        Err(e) => view! {
+                    {move || match save.value().get() {
+                        Some(Ok(_)) => Some(view! { <p class="inline-result ok-text" role="status">"Saved."</p> }.into_any()),
+                        _ => error.get().map(|e| view! {
                             <p class="inline-result error-text" role="alert" data-testid="inline-error">{format!("Not saved. {e}")}</p>
-                        }.into_any(),
-                    })}
+                        }.into_any()),
+                    }}
                 </div>
             </ActionForm>
         </section>
@@ -78,8 +89,13 @@ fn edit_view(e: DestinationEdit, save: ServerAction<UpdateDestination>) -> impl 
 
 /// The settings inputs of a destination form, filled from `f` (empty for defaults).
 /// Field names are [`DestinationForm`]'s.
+/// `error` is the form's refusal, shown beside the field it names.
 #[component]
-pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
+pub fn SettingsFields(
+    f: DestinationForm,
+    #[prop(optional)] error: Option<Signal<Option<String>>>,
+) -> impl IntoView {
+    let error = error.unwrap_or_else(|| Signal::derive(|| None));
     let periods = vec![
         ("second".to_owned(), "per second".to_owned()),
         ("minute".to_owned(), "per minute".to_owned()),
@@ -138,13 +154,17 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
                 <label class="wide">"URL (http or https)"
                     <input type="url" name="url" required maxlength="2048" value=f.url placeholder="https://example.com/webhooks"/>
                 </label>
+                <FieldError error label="URL"/>
                 <label class="wide">"Description"
                     <input type="text" name="description" maxlength="1000" value=f.description/>
                 </label>
+                <FieldError error label="Description"/>
                 <label class="wide">"Event types (comma-separated; order.* for every type under order., * or empty for every type)"
                     <input type="text" name="event_types" value=f.event_types placeholder="message.created, order.*" list=CATALOG_DATALIST/>
                     <CatalogDatalist space=f.space.clone()/>
                 </label>
+                <FieldError error label="Event types"/>
+                <FieldError error label="Event type"/>
             </div>
         </fieldset>
         <fieldset>
@@ -157,6 +177,8 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
                 <label>"Timeout, seconds (1–60)"
                     <input type="number" name="timeout_seconds" min="1" max="60" value=f.timeout_seconds placeholder="30"/>
                 </label>
+                <FieldError error label="Rate limit"/>
+                <FieldError error label="Timeout"/>
             </div>
         </fieldset>
         <fieldset>
@@ -178,6 +200,7 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
                 <label>"Retry-After (on 429 and 503)"
                     <select name="retry_after">{select_options(retry_after, &f.retry_after)}</select>
                 </label>
+                <FieldError error label="Retry policy"/>
             </div>
             <p class="small muted">
                 "Empty fields take the preset's value. PartyFlow: first retry after 5 s, doubling up to 1 h, ±20 % jitter, "
@@ -190,12 +213,14 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
             <label>"A jq program applied to each payload before it is sent (empty for none)"
                 <textarea name="transformation" node_ref=transformation rows="4" spellcheck="false" class="mono" data-testid="transformation" placeholder="e.g. {id: .id, text: .text}">{f.transformation}</textarea>
             </label>
+            <FieldError error label="Transformation"/>
         </fieldset>
         <fieldset>
             <legend>"Filter"</legend>
             <label>"A jq expression on each payload: only true delivers the event; false or null keeps it out (empty for none)"
                 <textarea name="filter" node_ref=filter rows="2" spellcheck="false" class="mono" data-testid="filter" placeholder=r#"e.g. .total > 100 and .currency == "EUR""#>{f.filter}</textarea>
             </label>
+            <FieldError error label="Filter"/>
             <p class="small muted">
                 "Any other value, an error or a program stopped by the sandbox's limits fails that event's delivery (error class transformation)."
             </p>
@@ -217,6 +242,7 @@ pub fn SettingsFields(f: DestinationForm) -> impl IntoView {
                 <textarea name="headers" rows="3" spellcheck="false" autocomplete="off" class="mono" data-testid="headers-field"
                     placeholder="Authorization: Basic dXNlcjpwYXNz\nX-Team: ops">{f.headers.0}</textarea>
             </label>
+            <FieldError error label="Headers"/>
             <p class="small muted">
                 "Values are secrets: once saved they are shown masked (••••…1234). Leave a masked line as it is to keep "
                 "its value, type a new value to replace it, delete the line to remove the header. At most 20 headers, "

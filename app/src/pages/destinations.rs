@@ -11,7 +11,8 @@ use super::destination_edit::SettingsFields;
 use super::SpaceFilter;
 use crate::api::{list_destinations, list_spaces, CreateDestination, SetDestinationStatus};
 use crate::components::{
-    console, is_admin, load_error, reset_on_success, select_options, use_mutation, StatusBadge,
+    console, is_admin, load_error, refusal, reset_on_success, select_options, use_mutation,
+    use_typed, StatusBadge, Typed,
 };
 use crate::types::{DestinationForm, DestinationView, SpaceView};
 
@@ -27,6 +28,7 @@ pub fn DestinationsPage() -> impl IntoView {
     let spaces = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
     let set_status = use_mutation::<SetDestinationStatus>();
     let create = use_mutation::<CreateDestination>();
+    let typed = use_typed::<CreateDestination>();
 
     view! {
         <Title text="Destinations · PartyFlow Hooks"/>
@@ -36,11 +38,12 @@ pub fn DestinationsPage() -> impl IntoView {
                 let me = ctx.me.await;
                 let admin = is_admin(&Some(me));
                 let spaces = spaces.await.unwrap_or_default();
+                let typed = typed.await;
                 match data.await {
                     Ok(list) => view! {
                         <SpaceFilter action="/destinations" spaces=spaces.clone() current=space.get_untracked()/>
                         <DestinationTable list=list admin=admin set_status=set_status/>
-                        {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() create=create/> })}
+                        {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() create=create typed=typed/> })}
                     }.into_any(),
                     Err(e) => load_error(e),
                 }
@@ -143,23 +146,31 @@ fn CreateForm(
     spaces: Vec<SpaceView>,
     current: String,
     create: ServerAction<CreateDestination>,
+    /// What was typed when the form was refused without JavaScript.
+    typed: Option<Typed>,
 ) -> impl IntoView {
     let pending = create.pending();
+    let error = refusal(create);
     let form = NodeRef::new();
     reset_on_success(create, form);
     let options: Vec<(String, String)> = spaces.into_iter().map(|s| (s.id, s.name)).collect();
-    let defaults = DestinationForm {
-        timeout_seconds: "30".into(),
-        ..Default::default()
-    };
+    // A refused form opens again with what was typed.
+    let open = typed.is_some();
+    let current = Typed::or(&typed, "space", current);
+    let defaults = typed
+        .and_then(|t| t.fill::<DestinationForm>())
+        .unwrap_or_else(|| DestinationForm {
+            timeout_seconds: "30".into(),
+            ..Default::default()
+        });
     view! {
-        <details class="card create">
+        <details class="card create" open=open>
             <summary>"New destination"</summary>
             <ActionForm action=create node_ref=form>
                 <div class="form-grid">
                     <label>"Space" <select name="space" required>{select_options(options, &current)}</select></label>
                 </div>
-                <SettingsFields f=defaults/>
+                <SettingsFields f=defaults error/>
                 <button type="submit" disabled=move || pending.get()>
                     {move || if pending.get() { "Creating…" } else { "Create destination" }}
                 </button>

@@ -3,13 +3,16 @@
 //! binary, one module per area. The support code is the crate's library
 //! (`end2end/src/`); `./dev test` builds the console's wasm into `site/pkg` first.
 
+mod accessibility;
 mod admin;
 mod alerts;
 mod audit;
+mod bundle;
 mod catalog;
 mod deliveries;
 mod demo;
 mod first_run;
+mod forms;
 mod headers;
 mod login;
 mod manage;

@@ -38,7 +38,8 @@ on_both_backends! {
         assert_eq!(login.status(), 200);
         let html = login.text().await.unwrap();
         assert!(html.contains("Sign in"), "{html}");
-        assert!(html.contains("/pkg/partyflow.js"), "the page loads the hydration script");
+        let bundle = server::assets::bundle_name(&server::testkit::site_root());
+        assert!(html.contains(&format!("/pkg/{bundle}.js")), "the page loads the hydration script");
         app.stop().await;
     }
 }
