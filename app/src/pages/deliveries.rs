@@ -11,7 +11,7 @@ use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 use leptos_router::params::ParamsMap;
 
-use crate::api::list_deliveries;
+use crate::api::{destination_choices, list_deliveries};
 use crate::components::{
     console, error_class_info, fmt_time, load_error, select_options, ErrorClassBadge, StatusBadge,
     DELIVERY_STATUSES, ERROR_CLASSES,
@@ -70,8 +70,7 @@ pub fn DeliveriesPage() -> impl IntoView {
 fn Filters(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
     let mut spaces = vec![(String::new(), "All spaces".to_owned())];
     spaces.extend(page.spaces.into_iter().map(|c| (c.value, c.label)));
-    let mut destinations = vec![(String::new(), "All destinations".to_owned())];
-    destinations.extend(page.destinations.into_iter().map(|c| (c.value, c.label)));
+    let suggested = page.destinations;
     let mut statuses = vec![(String::new(), "Any status".to_owned())];
     statuses.extend(
         DELIVERY_STATUSES
@@ -96,7 +95,7 @@ fn Filters(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
             <fieldset class="filters">
                 <legend class="sr-only">"Filters"</legend>
                 <label>"Space" <select name="space">{select_options(spaces, &q.space)}</select></label>
-                <label>"Destination" <select name="destination">{select_options(destinations, &q.destination)}</select></label>
+                <DestinationField space=q.space.clone() current=q.destination.clone() choices=suggested/>
                 <label>"Status" <select name="status" data-testid="filter-status">{select_options(statuses, &q.status)}</select></label>
                 <label>"Error class" <select name="error_class" data-testid="filter-error-class">{select_options(classes, &q.error_class)}</select></label>
                 <label>"Event type" <input type="text" name="event_type" value=q.event_type.clone() placeholder="e.g. message.created"/></label>
@@ -110,6 +109,46 @@ fn Filters(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
             </fieldset>
         </Form>
         {page.filter_error.map(|e| view! { <p class="notice error" role="alert">{e}</p> })}
+    }
+}
+
+/// The destination filter: a text field that takes a destination's ID or a part of its
+/// URL or description, with a list of suggestions under it (a `<datalist>`: the newest
+/// destinations, or those the server found for what was typed). Without JavaScript the
+/// server resolves what was typed when the form is applied; with it, the suggestions
+/// follow the typing through a server function.
+#[component]
+fn DestinationField(
+    space: String,
+    current: String,
+    choices: Vec<crate::types::Choice>,
+) -> impl IntoView {
+    let suggestions = RwSignal::new(choices);
+    let lookup = Action::new(move |(space, typed): &(String, String)| {
+        let (space, typed) = (space.clone(), typed.clone());
+        async move {
+            if let Ok(found) = destination_choices(space, typed).await {
+                suggestions.set(found);
+            }
+        }
+    });
+    let on_input = move |ev: leptos::ev::Event| {
+        let typed = event_target_value(&ev);
+        // A chosen suggestion is an ID: nothing more to look up.
+        if !typed.starts_with("dst_") {
+            lookup.dispatch((space.clone(), typed));
+        }
+    };
+    view! {
+        <label>
+            "Destination"
+            <input type="text" name="destination" value=current list="destination-choices"
+                autocomplete="off" placeholder="ID or part of its URL" data-testid="filter-destination"
+                on:input=on_input/>
+        </label>
+        <datalist id="destination-choices">
+            {move || suggestions.get().into_iter().map(|c| view! { <option value=c.value>{c.label}</option> }).collect_view()}
+        </datalist>
     }
 }
 

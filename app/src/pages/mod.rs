@@ -16,6 +16,7 @@ pub mod login;
 pub mod notifications;
 pub mod overview;
 pub mod resend_failed;
+pub mod search;
 pub mod setup;
 pub mod spaces;
 pub mod users;

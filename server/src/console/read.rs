@@ -105,6 +105,67 @@ impl Backend {
         Ok(out)
     }
 
+    /// The deliveries filter's destination as typed: an ID stays; a part of a URL or
+    /// description that matches one destination becomes its ID; otherwise a refusal in
+    /// words. With the suggestions for the field (those matching, or the newest).
+    async fn pick_filter_destination(
+        &self,
+        q: &DeliveryQuery,
+        space: Option<SpaceId>,
+    ) -> Result<(DeliveryQuery, Option<String>, Vec<Choice>), ConsoleError> {
+        use crate::ops::search::{pick_destination, DestinationPick};
+        let mut q = q.clone();
+        let typed = q.destination.trim().to_owned();
+        let limit = super::lists::DESTINATION_CHOICES;
+        let (error, choices) = match pick_destination(&typed) {
+            DestinationPick::Any => (None, self.destination_suggestions(space, None, limit).await?),
+            DestinationPick::Id(id) => {
+                let mut choices = self.destination_suggestions(space, None, limit).await?;
+                if !choices.iter().any(|c| c.value == id.to_string()) {
+                    if let Ok(d) = self.storage.get_destination_by_id(id).await {
+                        choices.insert(
+                            0,
+                            Choice {
+                                value: d.id.to_string(),
+                                label: d.url.clone(),
+                            },
+                        );
+                    }
+                }
+                (None, choices)
+            }
+            DestinationPick::TooShort => (
+                Some(format!(
+                    "Destination {typed:?}: type at least 2 characters of its URL, or choose a suggestion."
+                )),
+                self.destination_suggestions(space, None, limit).await?,
+            ),
+            DestinationPick::Matching(p) => {
+                let choices = self.destination_suggestions(space, Some(&p), limit).await?;
+                match choices.as_slice() {
+                    [one] => {
+                        q.destination = one.value.clone();
+                        (None, choices)
+                    }
+                    [] => (
+                        Some(format!("No destination's URL or description contains {typed:?}.")),
+                        choices,
+                    ),
+                    _ => (
+                        Some(format!(
+                            "Several destinations match {typed:?}: choose one of the suggestions."
+                        )),
+                        choices,
+                    ),
+                }
+            }
+        };
+        if error.is_some() {
+            q.destination.clear();
+        }
+        Ok((q, error, choices))
+    }
+
     pub(super) async fn destination_view(
         &self,
         d: &Destination,
@@ -157,30 +218,21 @@ impl ReadPort for Backend {
             })
             .collect();
         space_choices.sort_by(|a, b| a.label.cmp(&b.label));
-        let filter = filter_of(q, now_ms());
-        let chosen_space = filter.as_ref().ok().and_then(|f| f.space_id);
-        let destinations = self.destinations_of(chosen_space).await?;
-        let urls: HashMap<DestinationId, &str> = destinations
-            .iter()
-            .map(|d| (d.id, d.url.as_str()))
-            .collect();
+        // The destination field takes an ID or a part of a URL (issue 16 item 6): its
+        // suggestions are a bounded search, never every destination.
+        let chosen_space = q.space.trim().parse::<SpaceId>().ok();
+        let (q, destination_error, destination_choices) =
+            self.pick_filter_destination(q, chosen_space).await?;
+        let filter = filter_of(&q, now_ms()).and_then(|f| match destination_error {
+            Some(why) => Err(why),
+            None => Ok(f),
+        });
         let space_name = |id: &SpaceId| {
             spaces
                 .get(id)
                 .map(|s| s.name.as_str())
                 .unwrap_or("(deleted)")
         };
-        let destination_choices = destinations
-            .iter()
-            .map(|d| Choice {
-                value: d.id.to_string(),
-                label: if chosen_space.is_some() {
-                    d.url.clone()
-                } else {
-                    format!("{} ({})", d.url, space_name(&d.space_id))
-                },
-            })
-            .collect();
         let mut page = DeliveryPage {
             rows: Vec::new(),
             next_cursor: None,
@@ -213,17 +265,16 @@ impl ReadPort for Backend {
         page.next_cursor = (rows.len() as i64 == PAGE_SIZE)
             .then(|| rows.last().map(|d| d.id.to_string()))
             .flatten();
-        let mut extra_urls: HashMap<DestinationId, String> = HashMap::new();
+        let mut urls: HashMap<DestinationId, String> = HashMap::new();
         for d in &rows {
-            if !urls.contains_key(&d.destination_id) && !extra_urls.contains_key(&d.destination_id)
-            {
+            if !urls.contains_key(&d.destination_id) {
                 let url = self
                     .storage
                     .get_destination(d.space_id, d.destination_id)
                     .await
                     .map(|x| x.url)
                     .unwrap_or_else(|_| "(deleted)".into());
-                extra_urls.insert(d.destination_id, url);
+                urls.insert(d.destination_id, url);
             }
         }
         page.rows = rows
@@ -231,8 +282,7 @@ impl ReadPort for Backend {
             .map(|d| {
                 let url = urls
                     .get(&d.destination_id)
-                    .copied()
-                    .or_else(|| extra_urls.get(&d.destination_id).map(String::as_str))
+                    .map(String::as_str)
                     .unwrap_or("(deleted)");
                 views::delivery_row(d, space_name(&d.space_id), url)
             })

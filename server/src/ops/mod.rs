@@ -20,6 +20,7 @@
 //! - [`schedule`]: scheduled delivery (`deliverAt`: when an event's deliveries go out).
 //! - [`retention`]: a space's own retention, set by the REST API and the console.
 //! - [`audit`]: who made a change and its audit entry; when a key's use is written.
+//! - [`search`]: what the console's search box looks a query up as.
 
 pub mod audit;
 pub mod credentials;
@@ -33,6 +34,7 @@ pub mod rate;
 pub mod replay;
 pub mod retention;
 pub mod schedule;
+pub mod search;
 pub mod tenants;
 
 use crate::storage::StorageError;
