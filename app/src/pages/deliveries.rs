@@ -43,6 +43,21 @@ pub fn DeliveriesPage() -> impl IntoView {
         move || (q.get(), ctx.refresh.get()),
         |(q, _)| list_deliveries(q),
     );
+    // Live (issue 16 item 5): the rows are read again every few seconds and swapped in
+    // when they changed; the filters (as being edited) and the checked rows stay, as
+    // they live outside the rows.
+    let live = super::live::latest(move || list_deliveries(q.get_untracked()));
+    let selected = RwSignal::new(HashSet::<String>::new());
+    let all_matching = RwSignal::new(false);
+    Effect::watch(
+        move || (q.get(), ctx.refresh.get()),
+        move |_, _, _| {
+            live.set(None);
+            selected.set(HashSet::new());
+            all_matching.set(false);
+        },
+        false,
+    );
 
     view! {
         <Title text="Deliveries · PartyFlow Hooks"/>
@@ -57,7 +72,10 @@ pub fn DeliveriesPage() -> impl IntoView {
                 match result {
                     Ok(page) => view! {
                         <Filters q=q.clone() page=page.clone()/>
-                        <Table q=q page=page/>
+                        {move || {
+                            let shown = live.get().unwrap_or_else(|| page.clone());
+                            view! { <Table q=q.clone() page=shown selected=selected all_matching=all_matching/> }
+                        }}
                     }.into_any(),
                     Err(e) => load_error(e),
                 }
@@ -153,8 +171,13 @@ fn DestinationField(
 }
 
 #[component]
-fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
-    let selected = RwSignal::new(HashSet::<String>::new());
+fn Table(
+    q: DeliveryQuery,
+    page: DeliveryPage,
+    /// The checked rows: kept by the page, so they stay checked when the rows are read again.
+    selected: RwSignal<HashSet<String>>,
+    all_matching: RwSignal<bool>,
+) -> impl IntoView {
     let all_ids: Vec<String> = page.rows.iter().map(|r| r.id.clone()).collect();
     let count = all_ids.len();
     let filter_pairs = q.pairs();
@@ -166,6 +189,12 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
     });
     let newest = (!q.before.is_empty())
         .then(|| format!("/deliveries{}", crate::components::query_string(&q.pairs())));
+    // Checked rows on this page (a row that moved to an older page is no longer counted).
+    let on_page = {
+        let all_ids = all_ids.clone();
+        move || selected.with(|s| all_ids.iter().filter(|id| s.contains(*id)).count())
+    };
+    let on_page_too = on_page.clone();
     let toggle_page = {
         let all_ids = all_ids.clone();
         move |ev: leptos::ev::Event| {
@@ -184,12 +213,14 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
                 <button type="submit" name="op" value="resend" data-testid="bulk-resend">"Send again…"</button>
                 <button type="submit" name="op" value="cancel" class="secondary" data-testid="bulk-cancel">"Cancel…"</button>
                 <label class="check">
-                    <input type="checkbox" name="all" value="true" data-testid="select-all-matching"/>
+                    <input type="checkbox" name="all" value="true" data-testid="select-all-matching"
+                        prop:checked=move || all_matching.get()
+                        on:change=move |ev| all_matching.set(event_target_checked(&ev))/>
                     {if filtered { "All deliveries matching the filter" } else { "All deliveries (no filter set)" }}
                 </label>
                 <span class="muted" aria-live="polite">
                     {move || {
-                        let n = selected.with(HashSet::len);
+                        let n = on_page();
                         (n > 0).then(|| format!("{n} selected on this page"))
                     }}
                 </span>
@@ -204,7 +235,7 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
                                 <tr>
                                     <th scope="col" class="pick">
                                         <input type="checkbox" aria-label="Select every delivery on this page" on:change=toggle_page
-                                            prop:checked=move || selected.with(|s| s.len() == count)/>
+                                            prop:checked=move || on_page_too() == count/>
                                     </th>
                                     <th scope="col">"Delivery"</th>
                                     <th scope="col">"Created (UTC)"</th>

@@ -12,6 +12,7 @@ pub mod destination_edit;
 pub mod destinations;
 pub mod event_types;
 pub mod incoming;
+pub mod live;
 pub mod login;
 pub mod notifications;
 pub mod overview;

@@ -8,6 +8,7 @@ mod audit;
 mod bots;
 mod cli;
 mod console;
+mod console_lists;
 mod console_search;
 mod console_storage;
 mod crash;
