@@ -267,14 +267,14 @@ impl ReadPort for Backend {
             .flatten();
         let mut urls: HashMap<DestinationId, String> = HashMap::new();
         for d in &rows {
-            if !urls.contains_key(&d.destination_id) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = urls.entry(d.destination_id) {
                 let url = self
                     .storage
                     .get_destination(d.space_id, d.destination_id)
                     .await
                     .map(|x| x.url)
                     .unwrap_or_else(|_| "(deleted)".into());
-                urls.insert(d.destination_id, url);
+                slot.insert(url);
             }
         }
         page.rows = rows
