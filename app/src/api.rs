@@ -631,3 +631,35 @@ pub async fn typed_form(path: String) -> Result<Option<Vec<(String, String)>>, C
     crate::guard::signed_in().await?;
     crate::guard::typed(&path).await
 }
+
+// ---- Search (issue 16 item 3) ---------------------------------------------------------
+
+/// The search box: what `q` finds within the spaces the user may see.
+#[server(endpoint = "search")]
+pub async fn search(q: String) -> Result<SearchResults, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.search(&user, &q).await
+}
+
+// ---- Long lists, a page at a time (issue 16 item 6) -----------------------------------
+
+/// A page of the destinations list, searched.
+#[server(endpoint = "destination_list")]
+pub async fn list_destination_page(query: ListQuery) -> Result<DestinationList, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?
+        .destination_list(&user, &query)
+        .await
+}
+
+/// The deliveries page's destination suggestions for what has been typed.
+#[server(endpoint = "destination_choices")]
+pub async fn destination_choices(
+    space: String,
+    typed: String,
+) -> Result<Vec<Choice>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?
+        .destination_choices(&user, &space, &typed)
+        .await
+}

@@ -120,6 +120,7 @@ fn TopBar(unread: Resource<Result<i64, ConsoleError>>) -> impl IntoView {
         <header class="topbar">
             <a class="brand" href="/">"PartyFlow Hooks"</a>
             <MainNav unread=unread/>
+            <crate::pages::search::SearchBox/>
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
                     me.await.ok().map(|u| view! {

@@ -88,6 +88,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("users") view=pages::users::UsersPage/>
                     <Route path=path!("alerts") view=pages::alerts::AlertsPage/>
                     <Route path=path!("audit-log") view=pages::audit::AuditPage/>
+                    <Route path=path!("search") view=pages::search::SearchPage/>
                 </ParentRoute>
             </Routes>
         </Router>

@@ -2,7 +2,8 @@
 //! [`SessionPort`] (sign-in, first run), [`ReadPort`], [`OverviewPort`], [`BulkPort`]
 //! (send again, cancel, mark read), [`AdminPort`] (spaces, credentials, statuses),
 //! [`SettingsPort`] (the destination form, test events), [`UserPort`] and
-//! [`CatalogPort`] (the event-type catalog), [`AuditPort`] (the audit log). The server
+//! [`CatalogPort`] (the event-type catalog), [`AuditPort`] (the audit log), [`SearchPort`]
+//! (the search box), [`ListPort`] (long lists, a page at a time). The server
 //! implements each one in its console module of that area; [`ConsoleBackend`] is all of
 //! them, provided as [`SharedBackend`] in the Leptos context of every request.
 //!
@@ -216,6 +217,30 @@ pub trait AuditPort: Send + Sync {
     async fn audit_log(&self, actor: &SessionUser, query: &AuditQuery) -> R<AuditPage>;
 }
 
+/// The search box (every role): a delivery, event or destination ID, a `webhook-id`, an
+/// idempotency key or a fragment of a destination's name, URL or description, within the
+/// spaces the user may see.
+#[async_trait::async_trait]
+pub trait SearchPort: Send + Sync {
+    async fn search(&self, actor: &SessionUser, query: &str) -> R<SearchResults>;
+}
+
+/// The long lists a page at a time, with their search fields (every role).
+#[async_trait::async_trait]
+pub trait ListPort: Send + Sync {
+    /// A page of destinations (50), newest first, of a space or all, searched by URL or
+    /// description.
+    async fn destination_list(&self, actor: &SessionUser, query: &ListQuery) -> R<DestinationList>;
+    /// At most 50 destinations of `space` (or every space) whose name, URL or description
+    /// contains `typed`, newest first, for the deliveries page's destination field.
+    async fn destination_choices(
+        &self,
+        actor: &SessionUser,
+        space: &str,
+        typed: &str,
+    ) -> R<Vec<Choice>>;
+}
+
 /// Every area of the console at once: what the server provides in the Leptos context.
 /// Implemented for anything that implements every port; server functions call each
 /// area's methods on it.
@@ -230,6 +255,8 @@ pub trait ConsoleBackend:
     + CatalogPort
     + AlertPort
     + AuditPort
+    + SearchPort
+    + ListPort
     + 'static
 {
 }
@@ -245,6 +272,8 @@ impl<T> ConsoleBackend for T where
         + CatalogPort
         + AlertPort
         + AuditPort
+        + SearchPort
+        + ListPort
         + 'static
 {
 }

@@ -793,3 +793,72 @@ pub struct AuditPage {
     /// A refused filter value, said in words (the table is then empty).
     pub filter_error: Option<String>,
 }
+
+// ---- Search (issue 16 item 3) ---------------------------------------------------------
+
+/// One thing the search box found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// `delivery` or `destination`.
+    pub kind: String,
+    pub id: String,
+    /// The console page of the thing.
+    pub href: String,
+    /// What it is, in a line: a delivery's destination URL, a destination's URL.
+    pub title: String,
+    /// A second line: a delivery's event type and status, a destination's description.
+    pub detail: String,
+    pub space_name: String,
+    pub created_at: i64,
+}
+
+/// What a search found, and how the query was read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchResults {
+    pub query: String,
+    /// How the query was looked up, in words ("a delivery ID", "an idempotency key", …).
+    pub looked_up_as: String,
+    pub hits: Vec<SearchHit>,
+    /// More matched than are shown.
+    pub more: bool,
+    /// Exactly one thing matched: its page, where the search goes at once.
+    pub go: Option<String>,
+}
+
+// ---- Long lists, a page at a time (issue 16 item 6) -----------------------------------
+
+/// Which page of a long list: its space, its search and its keyset cursor, all from the
+/// page's URL (a GET form).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListQuery {
+    /// A space ID, or empty for every space.
+    #[serde(default)]
+    pub space: String,
+    /// Part of a URL, a description or a name; empty for all.
+    #[serde(default)]
+    pub q: String,
+    /// Keyset cursor: only rows older than this ID.
+    #[serde(default)]
+    pub before: String,
+}
+
+impl ListQuery {
+    /// The space and the search (not the cursor) as `(name, value)` pairs, skipping empty ones.
+    pub fn pairs(&self) -> Vec<(&'static str, String)> {
+        [("space", &self.space), ("q", &self.q)]
+            .into_iter()
+            .filter(|(_, v)| !v.trim().is_empty())
+            .map(|(k, v)| (k, v.trim().to_owned()))
+            .collect()
+    }
+}
+
+/// A page of the destinations list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationList {
+    pub rows: Vec<DestinationView>,
+    /// Pass as `before` for the next (older) page.
+    pub next_cursor: Option<String>,
+    /// A refused search, said in words (the list is then empty).
+    pub filter_error: Option<String>,
+}

@@ -11,7 +11,7 @@ use leptos_router::components::Form;
 use leptos_router::hooks::use_query_map;
 use leptos_router::params::ParamsMap;
 
-use crate::api::list_deliveries;
+use crate::api::{destination_choices, list_deliveries};
 use crate::components::{
     console, error_class_info, fmt_time, load_error, select_options, ErrorClassBadge, StatusBadge,
     DELIVERY_STATUSES, ERROR_CLASSES,
@@ -43,6 +43,21 @@ pub fn DeliveriesPage() -> impl IntoView {
         move || (q.get(), ctx.refresh.get()),
         |(q, _)| list_deliveries(q),
     );
+    // Live (issue 16 item 5): the rows are read again every few seconds and swapped in
+    // when they changed; the filters (as being edited) and the checked rows stay, as
+    // they live outside the rows.
+    let live = super::live::latest(move || list_deliveries(q.get_untracked()));
+    let selected = RwSignal::new(HashSet::<String>::new());
+    let all_matching = RwSignal::new(false);
+    Effect::watch(
+        move || (q.get(), ctx.refresh.get()),
+        move |_, _, _| {
+            live.set(None);
+            selected.set(HashSet::new());
+            all_matching.set(false);
+        },
+        false,
+    );
 
     view! {
         <Title text="Deliveries · PartyFlow Hooks"/>
@@ -57,7 +72,10 @@ pub fn DeliveriesPage() -> impl IntoView {
                 match result {
                     Ok(page) => view! {
                         <Filters q=q.clone() page=page.clone()/>
-                        <Table q=q page=page/>
+                        {move || {
+                            let shown = live.get().unwrap_or_else(|| page.clone());
+                            view! { <Table q=q.clone() page=shown selected=selected all_matching=all_matching/> }
+                        }}
                     }.into_any(),
                     Err(e) => load_error(e),
                 }
@@ -70,8 +88,7 @@ pub fn DeliveriesPage() -> impl IntoView {
 fn Filters(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
     let mut spaces = vec![(String::new(), "All spaces".to_owned())];
     spaces.extend(page.spaces.into_iter().map(|c| (c.value, c.label)));
-    let mut destinations = vec![(String::new(), "All destinations".to_owned())];
-    destinations.extend(page.destinations.into_iter().map(|c| (c.value, c.label)));
+    let suggested = page.destinations;
     let mut statuses = vec![(String::new(), "Any status".to_owned())];
     statuses.extend(
         DELIVERY_STATUSES
@@ -96,7 +113,7 @@ fn Filters(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
             <fieldset class="filters">
                 <legend class="sr-only">"Filters"</legend>
                 <label>"Space" <select name="space">{select_options(spaces, &q.space)}</select></label>
-                <label>"Destination" <select name="destination">{select_options(destinations, &q.destination)}</select></label>
+                <DestinationField space=q.space.clone() current=q.destination.clone() choices=suggested/>
                 <label>"Status" <select name="status" data-testid="filter-status">{select_options(statuses, &q.status)}</select></label>
                 <label>"Error class" <select name="error_class" data-testid="filter-error-class">{select_options(classes, &q.error_class)}</select></label>
                 <label>"Event type" <input type="text" name="event_type" value=q.event_type.clone() placeholder="e.g. message.created"/></label>
@@ -113,9 +130,54 @@ fn Filters(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
     }
 }
 
+/// The destination filter: a text field that takes a destination's ID or a part of its
+/// name, URL or description, with a list of suggestions under it (a `<datalist>`: the newest
+/// destinations, or those the server found for what was typed). Without JavaScript the
+/// server resolves what was typed when the form is applied; with it, the suggestions
+/// follow the typing through a server function.
 #[component]
-fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
-    let selected = RwSignal::new(HashSet::<String>::new());
+fn DestinationField(
+    space: String,
+    current: String,
+    choices: Vec<crate::types::Choice>,
+) -> impl IntoView {
+    let suggestions = RwSignal::new(choices);
+    let lookup = Action::new(move |(space, typed): &(String, String)| {
+        let (space, typed) = (space.clone(), typed.clone());
+        async move {
+            if let Ok(found) = destination_choices(space, typed).await {
+                suggestions.set(found);
+            }
+        }
+    });
+    let on_input = move |ev: leptos::ev::Event| {
+        let typed = event_target_value(&ev);
+        // A chosen suggestion is an ID: nothing more to look up.
+        if !typed.starts_with("dst_") {
+            lookup.dispatch((space.clone(), typed));
+        }
+    };
+    view! {
+        <label>
+            "Destination"
+            <input type="text" name="destination" value=current list="destination-choices"
+                autocomplete="off" placeholder="ID or part of its URL" data-testid="filter-destination"
+                on:input=on_input/>
+        </label>
+        <datalist id="destination-choices">
+            {move || suggestions.get().into_iter().map(|c| view! { <option value=c.value>{c.label}</option> }).collect_view()}
+        </datalist>
+    }
+}
+
+#[component]
+fn Table(
+    q: DeliveryQuery,
+    page: DeliveryPage,
+    /// The checked rows: kept by the page, so they stay checked when the rows are read again.
+    selected: RwSignal<HashSet<String>>,
+    all_matching: RwSignal<bool>,
+) -> impl IntoView {
     let all_ids: Vec<String> = page.rows.iter().map(|r| r.id.clone()).collect();
     let count = all_ids.len();
     let filter_pairs = q.pairs();
@@ -127,6 +189,12 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
     });
     let newest = (!q.before.is_empty())
         .then(|| format!("/deliveries{}", crate::components::query_string(&q.pairs())));
+    // Checked rows on this page (a row that moved to an older page is no longer counted).
+    let on_page = {
+        let all_ids = all_ids.clone();
+        move || selected.with(|s| all_ids.iter().filter(|id| s.contains(*id)).count())
+    };
+    let on_page_too = on_page.clone();
     let toggle_page = {
         let all_ids = all_ids.clone();
         move |ev: leptos::ev::Event| {
@@ -145,12 +213,14 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
                 <button type="submit" name="op" value="resend" data-testid="bulk-resend">"Send again…"</button>
                 <button type="submit" name="op" value="cancel" class="secondary" data-testid="bulk-cancel">"Cancel…"</button>
                 <label class="check">
-                    <input type="checkbox" name="all" value="true" data-testid="select-all-matching"/>
+                    <input type="checkbox" name="all" value="true" data-testid="select-all-matching"
+                        prop:checked=move || all_matching.get()
+                        on:change=move |ev| all_matching.set(event_target_checked(&ev))/>
                     {if filtered { "All deliveries matching the filter" } else { "All deliveries (no filter set)" }}
                 </label>
                 <span class="muted" aria-live="polite">
                     {move || {
-                        let n = selected.with(HashSet::len);
+                        let n = on_page();
                         (n > 0).then(|| format!("{n} selected on this page"))
                     }}
                 </span>
@@ -165,7 +235,7 @@ fn Table(q: DeliveryQuery, page: DeliveryPage) -> impl IntoView {
                                 <tr>
                                     <th scope="col" class="pick">
                                         <input type="checkbox" aria-label="Select every delivery on this page" on:change=toggle_page
-                                            prop:checked=move || selected.with(|s| s.len() == count)/>
+                                            prop:checked=move || on_page_too() == count/>
                                     </th>
                                     <th scope="col">"Delivery"</th>
                                     <th scope="col">"Created (UTC)"</th>

@@ -22,6 +22,13 @@ pub fn DeliveryPage() -> impl IntoView {
         move || (id.get(), ctx.refresh.get()),
         |(id, _)| get_delivery(id),
     );
+    // Live (issue 16 item 5): a new attempt shows when it happens.
+    let live = super::live::latest(move || get_delivery(id.get_untracked()));
+    Effect::watch(
+        move || (id.get(), ctx.refresh.get()),
+        move |_, _, _| live.set(None),
+        false,
+    );
     let resend = use_mutation::<ResendDelivery>();
     let cancel = use_mutation::<CancelDelivery>();
 
@@ -31,7 +38,10 @@ pub fn DeliveryPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 match data.await {
-                    Ok(d) => detail_view(d, resend, cancel).into_any(),
+                    Ok(d) => (move || {
+                        let shown = live.get().filter(|l| l.row.id == d.row.id).unwrap_or_else(|| d.clone());
+                        detail_view(shown, resend, cancel)
+                    }).into_any(),
                     Err(e) => load_error(e),
                 }
             })}

@@ -8,8 +8,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::destination_edit::SettingsFields;
-use super::SpaceFilter;
-use crate::api::{list_destinations, list_spaces, CreateDestination, SetDestinationStatus};
+use crate::api::{list_destination_page, list_spaces, CreateDestination, SetDestinationStatus};
 use crate::components::{
     console, is_admin, load_error, refusal, reset_on_success, select_options, use_mutation,
     use_typed, StatusBadge, Typed,
@@ -20,10 +19,13 @@ use crate::types::{DestinationForm, DestinationView, SpaceView};
 pub fn DestinationsPage() -> impl IntoView {
     let ctx = console();
     let query = use_query_map();
-    let space = Memo::new(move |_| query.read().get("space").unwrap_or_default());
+    // A page at a time, with a search (issue 16 item 6): thousands of destinations
+    // are pages of 50, not one table.
+    let list = Memo::new(move |_| super::search::list_query(&query.read()));
+    let space = Memo::new(move |_| list.read().space.clone());
     let data = Resource::new(
-        move || (space.get(), ctx.refresh.get()),
-        |(s, _)| list_destinations(s),
+        move || (list.get(), ctx.refresh.get()),
+        |(q, _)| list_destination_page(q),
     );
     let spaces = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
     let set_status = use_mutation::<SetDestinationStatus>();
@@ -40,9 +42,12 @@ pub fn DestinationsPage() -> impl IntoView {
                 let spaces = spaces.await.unwrap_or_default();
                 let typed = typed.await;
                 match data.await {
-                    Ok(list) => view! {
-                        <SpaceFilter action="/destinations" spaces=spaces.clone() current=space.get_untracked()/>
-                        <DestinationTable list=list admin=admin set_status=set_status/>
+                    Ok(page) => view! {
+                        <super::search::ListSearch action="/destinations" spaces=spaces.clone() query=list.get_untracked()
+                            placeholder="Part of a name, URL or description"/>
+                        {page.filter_error.map(|e| view! { <p class="notice error" role="alert">{e}</p> })}
+                        <DestinationTable list=page.rows admin=admin set_status=set_status/>
+                        <super::search::Pager action="/destinations" query=list.get_untracked() next_cursor=page.next_cursor/>
                         {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() create=create typed=typed/> })}
                     }.into_any(),
                     Err(e) => load_error(e),

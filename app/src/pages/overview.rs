@@ -21,9 +21,11 @@ pub fn OverviewPage() -> impl IntoView {
             .filter(|w| w == "day")
             .unwrap_or_else(|| "hour".to_owned())
     });
+    // Live (issue 16 item 5): read again every few seconds in the browser.
+    let tick = super::live::ticks();
     let data = Resource::new(
-        move || (window.get(), ctx.refresh.get()),
-        |(w, _)| get_overview(w),
+        move || (window.get(), ctx.refresh.get(), tick.get()),
+        |(w, _, _)| get_overview(w),
     );
     let tab = move |w: &'static str, label: &'static str| {
         view! {

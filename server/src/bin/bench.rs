@@ -38,7 +38,7 @@ struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     backlog: usize,
     /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,transform,wide,
-    /// backlog,purge,soak). `soak` runs only when named.
+    /// backlog,purge,soak,console). `soak` and `console` run only when named.
     #[arg(long)]
     only: Option<String>,
     /// Finished deliveries (old enough to be purged) in the purge scenario.
@@ -57,6 +57,15 @@ struct Args {
     /// everything, to compare).
     #[arg(long, default_value = "1m")]
     soak_retention: String,
+    /// Destinations of the space in the console scenario (`--only console`).
+    #[arg(long, default_value_t = 10_000)]
+    console_destinations: usize,
+    /// Finished deliveries of the space in the console scenario.
+    #[arg(long, default_value_t = 10_000_000)]
+    console_deliveries: usize,
+    /// Timed requests per console page.
+    #[arg(long, default_value_t = 10)]
+    console_requests: usize,
 }
 
 /// Arrival time of each `webhook-id` at the receiver.
@@ -409,8 +418,8 @@ async fn bench() -> anyhow::Result<()> {
             .only
             .as_deref()
             .is_some_and(|o| o.split(',').any(|x| x == s));
-        // The soak takes ten minutes: only when asked for.
-        named || (args.only.is_none() && s != "soak")
+        // The soak takes ten minutes, the console's fill as long: only when asked for.
+        named || (args.only.is_none() && s != "soak" && s != "console")
     };
     let dir = tempfile::tempdir()?;
     let url = match &args.postgres {
@@ -723,6 +732,16 @@ async fn bench() -> anyhow::Result<()> {
             retention: args.soak_retention.clone(),
         };
         peak_rss = peak_rss.max(soak(&bench, &url, &soak_load).await?);
+    }
+    if wants("console") {
+        console_scenario(
+            &bench,
+            args.console_destinations,
+            args.console_deliveries,
+            args.console_requests,
+        )
+        .await?;
+        peak_rss = peak_rss.max(rss_mb());
     }
     println!(
         "\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB"
@@ -1079,4 +1098,264 @@ async fn database_mb(bench: &Bench, url: &str) -> anyhow::Result<f64> {
         }
     };
     Ok(bytes as f64 / 1_048_576.0)
+}
+
+/// Runs each statement of `chunk` in one transaction on the raw pool.
+async fn execute_all(pool: &RawPool, chunk: &[String]) -> anyhow::Result<()> {
+    match pool {
+        RawPool::Sqlite(pool) => {
+            let mut tx = pool.begin().await?;
+            for sql in chunk {
+                sqlx::query(sql).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        }
+        RawPool::Postgres(pool) => {
+            let mut tx = pool.begin().await?;
+            for sql in chunk {
+                sqlx::query(sql).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
+        }
+    }
+    Ok(())
+}
+
+/// Fills the bench space with `destinations` destinations and `deliveries` finished
+/// deliveries (an event per ten; 90 % succeeded, 8 % failed, 2 % cancelled), spread over
+/// the 60 days up to two days ago (inside the space's retention, outside the overview's
+/// windows), straight into the database like `fill_finished`; one event in a thousand
+/// has an idempotency key (`bench-key-{n}`). Returns a few IDs the pages are timed with.
+async fn fill_console(
+    bench: &Bench,
+    destinations: usize,
+    deliveries: usize,
+) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let template = bench
+        .destination(json!({"url": format!("http://{}/console/template", bench.receiver)}))
+        .await;
+    let now = server::clock::now_ms();
+    let (from, to) = (now - 60 * 86_400_000, now - 2 * 86_400_000);
+    let id = |prefix: &str, at: i64| {
+        format!(
+            "{prefix}_{}",
+            ulid::Ulid::from_parts(at as u64, rand::random::<u128>())
+                .to_string()
+                .to_lowercase()
+        )
+    };
+    let pool = bench.storage.raw_pool();
+    let space = &bench.space;
+    let mut dst_ids = Vec::with_capacity(destinations);
+    let started = Instant::now();
+    for start in (0..destinations).step_by(1000) {
+        let count = 1000.min(destinations - start);
+        let mut values = Vec::with_capacity(count);
+        for i in start..start + count {
+            let at = from - 86_400_000 + i as i64;
+            let d = id("dst", at);
+            // One in fifty is inactive, one in ten has a dead-letter streak.
+            let status = if i % 50 == 7 { "inactive" } else { "active" };
+            let streak = if i % 10 == 3 { 3 } else { 0 };
+            values.push(format!(
+                "('{d}', 'http://{}/console/dst-{i}', 'Customer {i} webhook', '{status}', {streak}, {at})",
+                bench.receiver
+            ));
+            dst_ids.push(d);
+        }
+        let sql = format!(
+            "INSERT INTO destinations (id, space_id, url, description, event_types, secret, \
+             max_attempts, timeout_seconds, retry_policy, status, consecutive_dead_letters, \
+             created_at, updated_at) \
+             SELECT v.column1, t.space_id, v.column2, v.column3, t.event_types, t.secret, \
+             t.max_attempts, t.timeout_seconds, t.retry_policy, v.column4, v.column5, v.column6, v.column6 \
+             FROM (VALUES {}) AS v CROSS JOIN destinations t WHERE t.id = '{template}'",
+            values.join(", ")
+        );
+        execute_all(&pool, &[sql]).await?;
+    }
+    let mut dlv_ids = Vec::new();
+    const CHUNK: usize = 5000;
+    let span = (to - from).max(1);
+    for start in (0..deliveries).step_by(CHUNK) {
+        let count = CHUNK.min(deliveries - start);
+        let at = from + (span as i128 * start as i128 / deliveries.max(1) as i128) as i64;
+        let events: Vec<String> = (0..count.div_ceil(10)).map(|_| id("evt", at)).collect();
+        let mut event_rows = Vec::with_capacity(events.len());
+        let mut keys = Vec::new();
+        for (i, e) in events.iter().enumerate() {
+            event_rows.push(format!(
+                "('{e}', '{space}', 'order.paid', '{{\"n\":{i}}}', {at})"
+            ));
+            let n = start / 10 + i;
+            if n % 1000 == 0 {
+                keys.push(format!(
+                    "('{space}', 'bench-key-{n}', 'x', '{e}', 10, {at})"
+                ));
+            }
+        }
+        let mut delivery_rows = Vec::with_capacity(count);
+        for i in 0..count {
+            let n = start + i;
+            let d = id("dlv", at);
+            let dst = &dst_ids[n % dst_ids.len()];
+            let (status, class, code) = match n % 50 {
+                0..=3 => ("failed", "'http'", "503"),
+                4 => ("cancelled", "NULL", "NULL"),
+                _ => ("succeeded", "NULL", "200"),
+            };
+            delivery_rows.push(format!(
+                "('{d}', '{space}', '{}', '{dst}', 'order.paid', '{status}', 1, {class}, {code}, {at}, {at}, {at})",
+                events[i / 10]
+            ));
+            if n % (deliveries / 5).max(1) == 0 {
+                dlv_ids.push(d);
+            }
+        }
+        let mut chunk = vec![
+            format!(
+                "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES {}",
+                event_rows.join(", ")
+            ),
+            format!(
+                "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+                 attempts, last_error_class, last_status_code, created_at, updated_at, finished_at) VALUES {}",
+                delivery_rows.join(", ")
+            ),
+        ];
+        if !keys.is_empty() {
+            chunk.push(format!(
+                "INSERT INTO idempotency_keys (space_id, key, request_hash, event_id, deliveries, created_at) VALUES {}",
+                keys.join(", ")
+            ));
+        }
+        execute_all(&pool, &chunk).await?;
+        if start % 500_000 == 0 && start > 0 {
+            println!(
+                "  … {start} deliveries written ({:.0} s)",
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if let RawPool::Postgres(pool) = &pool {
+        sqlx::query("ANALYZE").execute(pool).await?;
+    }
+    if let RawPool::Sqlite(pool) = &pool {
+        sqlx::query("ANALYZE").execute(pool).await?;
+    }
+    println!(
+        "  filled {destinations} destinations and {deliveries} deliveries in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok((dst_ids, dlv_ids))
+}
+
+/// Every console page of a space with `destinations` destinations and `deliveries`
+/// deliveries, timed on the server: each page's SSR HTML fetched over HTTP by a
+/// signed-in admin, once to warm up and `requests` times timed; p50 and max in ms and the
+/// HTML's size in KB (targets: 200 ms, 300 KB).
+async fn console_scenario(
+    bench: &Bench,
+    destinations: usize,
+    deliveries: usize,
+    requests: usize,
+) -> anyhow::Result<()> {
+    println!("\n[console: {destinations} destinations, {deliveries} deliveries in one space]");
+    let (dst_ids, dlv_ids) = fill_console(bench, destinations, deliveries).await?;
+    let email = "bench-admin@example.com";
+    let password = "bench password 123";
+    server::ops::tenants::create_user(
+        bench.storage.as_ref(),
+        email,
+        password,
+        server::domain::Role::Admin,
+    )
+    .await?;
+    let client = reqwest::Client::builder()
+        .cookie_store(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()?;
+    let signed_in = client
+        .post(format!("{}/api/login", bench.base))
+        .header("accept", "text/html")
+        .form(&[("email", email), ("password", password), ("next", "/")])
+        .send()
+        .await?;
+    anyhow::ensure!(
+        signed_in
+            .headers()
+            .get("location")
+            .is_some_and(|l| l == "/"),
+        "the bench admin could not sign in: {}",
+        signed_in.status()
+    );
+    let space = &bench.space;
+    let dst = &dst_ids[dst_ids.len() / 2];
+    let dlv = dlv_ids.first().cloned().unwrap_or_default();
+    let pages = [
+        "/".to_owned(),
+        "/?window=day".to_owned(),
+        "/deliveries".to_owned(),
+        format!("/deliveries?space={space}"),
+        format!("/deliveries?destination={dst}"),
+        "/deliveries?status=failed".to_owned(),
+        "/deliveries?error_class=http&last=7d".to_owned(),
+        "/deliveries?destination=dst-4321".to_owned(),
+        format!("/deliveries/{dlv}"),
+        "/destinations".to_owned(),
+        format!("/destinations?space={space}&q=customer+77"),
+        format!("/destinations/{dst}"),
+        format!("/destinations/{dst}/edit"),
+        format!("/destinations/{dst}/resend-failed"),
+        "/incoming-webhooks".to_owned(),
+        "/event-types".to_owned(),
+        "/notifications".to_owned(),
+        "/spaces".to_owned(),
+        format!("/spaces/{space}"),
+        "/users".to_owned(),
+        "/alerts".to_owned(),
+        "/audit-log".to_owned(),
+        format!("/search?q={dlv}"),
+        "/search?q=bench-key-1000".to_owned(),
+        "/search?q=dst-123".to_owned(),
+    ];
+    println!(
+        "  {:<58} {:>8} {:>8} {:>9}",
+        "page", "p50 ms", "max ms", "HTML KB"
+    );
+    for page in &pages {
+        let url = format!("{}{page}", bench.base);
+        let mut times = Vec::with_capacity(requests);
+        let mut kb = 0.0;
+        let mut status = 0;
+        for i in 0..=requests {
+            let t = Instant::now();
+            let resp = client
+                .get(&url)
+                .header("accept", "text/html")
+                .send()
+                .await?;
+            status = resp.status().as_u16();
+            let body = resp.bytes().await?;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            kb = body.len() as f64 / 1024.0;
+            if i > 0 {
+                times.push(ms);
+            }
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        let shown: String = page.chars().take(58).collect();
+        println!(
+            "  {shown:<58} {:>8.1} {:>8.1} {:>9.1}{}",
+            percentile(&times, 0.5),
+            times.last().copied().unwrap_or(0.0),
+            kb,
+            if status == 200 {
+                String::new()
+            } else {
+                format!("  ({status})")
+            }
+        );
+    }
+    Ok(())
 }

@@ -19,6 +19,8 @@
 //! - [`catalog`]: [`app::port::CatalogPort`], the event-type catalog (read by every role,
 //!   changed by admins);
 //! - [`audit`]: [`app::port::AuditPort`], the audit log (admins: all; support: their own).
+//! - [`search`]: [`app::port::SearchPort`], the search box (IDs, keys, URL fragments).
+//! - [`lists`]: [`app::port::ListPort`], long lists a page at a time, with a search.
 //!
 //! Every change a port makes records its audit entry ([`audit_entry`]: the user's
 //! email and role and the request's TCP peer) in the change's own transaction.
@@ -46,9 +48,11 @@ mod alerts;
 mod audit;
 mod bulk;
 mod catalog;
+mod lists;
 mod manage;
 mod overview;
 mod read;
+mod search;
 pub mod sessions;
 mod settings;
 pub mod throttle;

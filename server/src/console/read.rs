@@ -105,6 +105,61 @@ impl Backend {
         Ok(out)
     }
 
+    /// The deliveries filter's destination as typed: an ID stays; a part of a URL or
+    /// description that matches one destination becomes its ID; otherwise a refusal in
+    /// words. With the suggestions for the field (those matching, or the newest).
+    async fn pick_filter_destination(
+        &self,
+        q: &DeliveryQuery,
+        space: Option<SpaceId>,
+    ) -> Result<(DeliveryQuery, Option<String>, Vec<Choice>), ConsoleError> {
+        use crate::ops::search::{pick_destination, DestinationPick};
+        let mut q = q.clone();
+        let typed = q.destination.trim().to_owned();
+        let limit = super::lists::DESTINATION_CHOICES;
+        let (error, choices) = match pick_destination(&typed) {
+            DestinationPick::Any => (None, self.destination_suggestions(space, None, limit).await?),
+            DestinationPick::Id(id) => {
+                let mut choices = self.destination_suggestions(space, None, limit).await?;
+                if !choices.iter().any(|c| c.value == id.to_string()) {
+                    if let Ok(d) = self.storage.get_destination_by_id(id).await {
+                        choices.insert(0, super::lists::choice(&d, None));
+                    }
+                }
+                (None, choices)
+            }
+            DestinationPick::TooShort => (
+                Some(format!(
+                    "Destination {typed:?}: type at least 2 characters of its URL, or choose a suggestion."
+                )),
+                self.destination_suggestions(space, None, limit).await?,
+            ),
+            DestinationPick::Matching(p) => {
+                let choices = self.destination_suggestions(space, Some(&p), limit).await?;
+                match choices.as_slice() {
+                    [one] => {
+                        q.destination = one.value.clone();
+                        (None, choices)
+                    }
+                    [] => (
+                        Some(format!("No destination's name, URL or description contains {typed:?}.")),
+                        choices,
+                    ),
+                    _ => (
+                        Some(format!(
+                            "Several destinations match {typed:?}: choose one of the suggestions."
+                        )),
+                        choices,
+                    ),
+                }
+            }
+        };
+        if error.is_some() {
+            q.destination.clear();
+        }
+        Ok((q, error, choices))
+    }
+
     pub(super) async fn destination_view(
         &self,
         d: &Destination,
@@ -157,31 +212,21 @@ impl ReadPort for Backend {
             })
             .collect();
         space_choices.sort_by(|a, b| a.label.cmp(&b.label));
-        let filter = filter_of(q, now_ms());
-        let chosen_space = filter.as_ref().ok().and_then(|f| f.space_id);
-        let destinations = self.destinations_of(chosen_space).await?;
-        // Each destination's URL and the name it is shown by.
-        let shown: HashMap<DestinationId, (String, String)> = destinations
-            .iter()
-            .map(|d| (d.id, (d.url.clone(), d.name())))
-            .collect();
+        // The destination field takes an ID or a part of a URL (issue 16 item 6): its
+        // suggestions are a bounded search, never every destination.
+        let chosen_space = q.space.trim().parse::<SpaceId>().ok();
+        let (q, destination_error, destination_choices) =
+            self.pick_filter_destination(q, chosen_space).await?;
+        let filter = filter_of(&q, now_ms()).and_then(|f| match destination_error {
+            Some(why) => Err(why),
+            None => Ok(f),
+        });
         let space_name = |id: &SpaceId| {
             spaces
                 .get(id)
                 .map(|s| s.name.as_str())
                 .unwrap_or("(deleted)")
         };
-        let destination_choices = destinations
-            .iter()
-            .map(|d| Choice {
-                value: d.id.to_string(),
-                label: if chosen_space.is_some() {
-                    format!("{} ({})", d.name(), d.url)
-                } else {
-                    format!("{} ({}, {})", d.name(), d.url, space_name(&d.space_id))
-                },
-            })
-            .collect();
         let mut page = DeliveryPage {
             rows: Vec::new(),
             next_cursor: None,
@@ -214,17 +259,17 @@ impl ReadPort for Backend {
         page.next_cursor = (rows.len() as i64 == PAGE_SIZE)
             .then(|| rows.last().map(|d| d.id.to_string()))
             .flatten();
-        let mut extra: HashMap<DestinationId, (String, String)> = HashMap::new();
+        // Each row's destination: its URL and the name it is shown by.
+        let mut shown: HashMap<DestinationId, (String, String)> = HashMap::new();
         for d in &rows {
-            if !shown.contains_key(&d.destination_id) && !extra.contains_key(&d.destination_id) {
-                let deleted = || ("(deleted)".to_owned(), "(deleted)".to_owned());
+            if let std::collections::hash_map::Entry::Vacant(slot) = shown.entry(d.destination_id) {
                 let found = self
                     .storage
                     .get_destination(d.space_id, d.destination_id)
                     .await
                     .map(|x| (x.url.clone(), x.name()))
-                    .unwrap_or_else(|_| deleted());
-                extra.insert(d.destination_id, found);
+                    .unwrap_or_else(|_| ("(deleted)".to_owned(), "(deleted)".to_owned()));
+                slot.insert(found);
             }
         }
         page.rows = rows
@@ -232,7 +277,6 @@ impl ReadPort for Backend {
             .map(|d| {
                 let (url, name) = shown
                     .get(&d.destination_id)
-                    .or_else(|| extra.get(&d.destination_id))
                     .map_or(("(deleted)", "(deleted)"), |(u, n)| {
                         (u.as_str(), n.as_str())
                     });

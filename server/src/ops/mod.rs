@@ -21,6 +21,7 @@
 //! - [`retention`]: a space's own retention, set by the REST API and the console.
 //! - [`audit`]: who made a change and its audit entry; when a key's use is written.
 //! - [`demo`]: the demo space: created with its destinations, removed with everything in it.
+//! - [`search`]: what the console's search box looks a query up as.
 
 pub mod audit;
 pub mod credentials;
@@ -35,6 +36,7 @@ pub mod rate;
 pub mod replay;
 pub mod retention;
 pub mod schedule;
+pub mod search;
 pub mod tenants;
 
 use crate::storage::StorageError;

@@ -23,6 +23,7 @@
 //! | `stats.rs`         | [`ConsoleStats`]      | the console's overview and counters            |
 //! | `retention.rs`     | [`RetentionStore`]    | the retention task (the purge)                 |
 //! | `audit.rs`         | [`AuditStore`]        | the REST API, the console (writes: `audit_in`) |
+//! | `search.rs`        | [`SearchStore`]       | the console's search box                       |
 //!
 //! [`Storage`] combines them for the server's state; [`TestStorage`] adds what only tests
 //! and the benchmark use. Every write goes through `write.rs` ([`write::Writes`]: the
@@ -60,6 +61,7 @@ mod notifications;
 pub mod postgres;
 mod queue;
 mod retention;
+mod search;
 pub mod sqlite;
 mod stats;
 pub mod store;
@@ -79,6 +81,7 @@ pub use incoming::IncomingStore;
 pub use notifications::NotificationStore;
 pub use queue::DispatchQueue;
 pub use retention::RetentionStore;
+pub use search::SearchStore;
 pub use stats::ConsoleStats;
 pub use tenants::TenantStore;
 pub use testing::TestStorage;
@@ -428,6 +431,7 @@ pub trait Storage:
     + AlertStore
     + RetentionStore
     + AuditStore
+    + SearchStore
     + std::fmt::Debug
     + 'static
 {

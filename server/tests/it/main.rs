@@ -8,6 +8,8 @@ mod audit;
 mod bots;
 mod cli;
 mod console;
+mod console_lists;
+mod console_search;
 mod console_storage;
 mod crash;
 mod demo;
