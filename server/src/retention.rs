@@ -13,9 +13,10 @@
 //! - then, on SQLite, a bounded `PRAGMA incremental_vacuum` so the file stops growing.
 //!
 //! Each batch is one write transaction of at most [`Settings::batch`] rows through the
-//! storage's writer, with [`Settings::pause`] after it. Rows purged are counted in
-//! `partyflow_retention_purged_rows_total{table}`, and a run that purged anything logs
-//! one line with its counts.
+//! storage's writer, followed by a rest of four times the batch's own time (at least
+//! [`Settings::pause`]), so a purge takes at most a fifth of the write lock. Rows purged
+//! are counted in `partyflow_retention_purged_rows_total{table}`, and a run that purged
+//! anything logs one line with its counts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,7 +158,8 @@ pub async fn purge(
 ) -> storage::Result<Purged> {
     let mut purged = Purged::default();
     let batch = settings.batch.max(1);
-    let pause = || tokio::time::sleep(settings.pause);
+    let pacer = Pacer::new(settings.pause);
+    let pause = || pacer.pause();
     for space in storage.list_all_spaces().await? {
         let before = retention_for(space.retention, space.plan, &settings.per_plan).cutoff(now);
         // Finished deliveries, a batch at a time: their attempts, then themselves.
@@ -253,6 +255,41 @@ pub async fn purge(
     Ok(purged)
 }
 
+/// How many times a batch's own time the purge rests after it: it writes at most a fifth
+/// of the time, so the engine's claims and finishes, which need the same write lock on
+/// SQLite, keep four fifths.
+const REST_PER_WORK: u32 = 4;
+
+/// The rest after a batch that took `took`: `REST_PER_WORK` times it, and at least `min`.
+fn rest_after(took: Duration, min: Duration) -> Duration {
+    (took * REST_PER_WORK).max(min)
+}
+
+/// Paces a run: each pause rests in proportion to the work done since the last one.
+struct Pacer {
+    min: Duration,
+    since: std::sync::Mutex<std::time::Instant>,
+}
+
+impl Pacer {
+    fn new(min: Duration) -> Self {
+        Self {
+            min,
+            since: std::sync::Mutex::new(std::time::Instant::now()),
+        }
+    }
+
+    async fn pause(&self) {
+        let took = self
+            .since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed();
+        tokio::time::sleep(rest_after(took, self.min)).await;
+        *self.since.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+    }
+}
+
 /// Calls `step` (one batch) until it deletes fewer than `batch` rows, pausing after each
 /// full batch; the rows deleted.
 async fn drain<F, Fut, P, PF>(batch: i64, pause: P, mut step: F) -> storage::Result<u64>
@@ -276,6 +313,14 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_is_followed_by_four_times_its_time_at_rest_and_never_less_than_the_pause() {
+        let ms = Duration::from_millis;
+        assert_eq!(rest_after(ms(50), ms(20)), ms(200));
+        assert_eq!(rest_after(ms(1), ms(20)), ms(20));
+        assert_eq!(rest_after(ms(0), ms(0)), ms(0));
+    }
 
     #[test]
     fn a_run_counts_each_table_under_its_name() {

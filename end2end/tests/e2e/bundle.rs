@@ -77,7 +77,9 @@ async fn the_bundle_is_small_on_the_first_visit_and_cached_on_the_second() {
         "a first visit downloads the bundle: {first:?}"
     );
     assert!(
-        first.iter().all(|(_, _, encoded, decoded)| encoded < decoded),
+        first
+            .iter()
+            .all(|(_, _, encoded, decoded)| encoded < decoded),
         "every file of the bundle comes compressed: {first:?}"
     );
     // The target is a figure to print, not a timed assertion (targets go in
