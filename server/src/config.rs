@@ -163,6 +163,7 @@ impl RetentionConfig {
             per_plan: self.per_plan(),
             interval: self.interval.as_duration(),
             batch: 1000,
+            batch_time: std::time::Duration::from_millis(5),
             pause: std::time::Duration::from_millis(20),
             vacuum_pages: 4096,
             audit: self.audit,

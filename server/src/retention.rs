@@ -12,9 +12,13 @@
 //!   sessions (tower-sessions' table and the index `console_sessions`);
 //! - then, on SQLite, a bounded `PRAGMA incremental_vacuum` so the file stops growing.
 //!
-//! Each batch is one write transaction of at most [`Settings::batch`] rows through the
-//! storage's writer, followed by a rest of four times the batch's own time (at least
-//! [`Settings::pause`]), so a purge takes at most a fifth of the write lock. Rows purged
+//! Each batch is one write transaction through the storage's writer, sized by time: it
+//! starts at [`Settings::batch`] rows and is resized after each batch so one takes about
+//! [`Settings::batch_time`] ([`next_batch`]), since what delays a claim or a publish is
+//! how long the purge holds the write lock, not how many rows it deletes. Each batch is
+//! followed by a rest of four times its own time (at least [`Settings::pause`]), so a
+//! purge takes at most a fifth of the write lock. The free pages go back to the file
+//! system the same way, [`VACUUM_STEP`] pages at a time. Rows purged
 //! are counted in `partyflow_retention_purged_rows_total{table}`, and a run that purged
 //! anything logs one line with its counts.
 
@@ -42,6 +46,8 @@ pub struct Settings {
     pub interval: Duration,
     /// Rows per write transaction, at most.
     pub batch: i64,
+    /// How long one batch should hold the write lock: the batch size follows it.
+    pub batch_time: Duration,
     /// The pause after each batch, so the engine's claims and finishes interleave.
     pub pause: Duration,
     /// Free pages handed back by the `PRAGMA incremental_vacuum` after a run that purged
@@ -157,9 +163,7 @@ pub async fn purge(
     shutdown: &CancellationToken,
 ) -> storage::Result<Purged> {
     let mut purged = Purged::default();
-    let batch = settings.batch.max(1);
-    let pacer = Pacer::new(settings.pause);
-    let pause = || pacer.pause();
+    let pacer = Pacer::new(settings);
     for space in storage.list_all_spaces().await? {
         let before = retention_for(space.retention, space.plan, &settings.per_plan).cutoff(now);
         // Finished deliveries, a batch at a time: their attempts, then themselves.
@@ -168,22 +172,24 @@ pub async fn purge(
                 return Ok(purged);
             }
             let ids = storage
-                .finished_deliveries_before(space.id, before, batch)
+                .finished_deliveries_before(space.id, before, pacer.rows())
                 .await?;
             if ids.is_empty() {
                 break;
             }
+            pacer.start();
             loop {
-                let n = storage.purge_attempts(&ids, batch).await?;
+                let limit = pacer.rows();
+                let n = storage.purge_attempts(&ids, limit).await?;
                 purged.attempts += n;
-                pause().await;
-                if n < batch as u64 {
+                pacer.pause().await;
+                if n < limit as u64 {
                     break;
                 }
             }
             let n = storage.purge_deliveries(&ids).await?;
             purged.deliveries += n;
-            pause().await;
+            pacer.pause().await;
             if n == 0 {
                 // Nothing it could delete (cannot happen: finished is final); never spin.
                 break;
@@ -195,18 +201,21 @@ pub async fn purge(
             if shutdown.is_cancelled() {
                 return Ok(purged);
             }
-            let (n, next) = storage.purge_events(space.id, before, after, batch).await?;
+            pacer.start();
+            let (n, next) = storage
+                .purge_events(space.id, before, after, pacer.rows())
+                .await?;
             purged.events += n;
             if n > 0 {
-                pause().await;
+                pacer.pause().await;
             }
             match next {
                 Some(next) => after = Some(next),
                 None => break,
             }
         }
-        purged.notifications += drain(batch, pause, || {
-            storage.purge_read_notifications(Some(space.id), before, batch)
+        purged.notifications += drain(&pacer, |limit| {
+            storage.purge_read_notifications(Some(space.id), before, limit)
         })
         .await?;
     }
@@ -218,39 +227,50 @@ pub async fn purge(
     .into_iter()
     .max()
     .unwrap_or(Retention::MAX);
-    purged.notifications += drain(batch, pause, || {
-        storage.purge_read_notifications(None, longest.cutoff(now), batch)
+    purged.notifications += drain(&pacer, |limit| {
+        storage.purge_read_notifications(None, longest.cutoff(now), limit)
     })
     .await?;
-    purged.alert_emails += drain(batch, pause, || {
-        storage.purge_given_up_alert_emails(longest.cutoff(now), batch)
+    purged.alert_emails += drain(&pacer, |limit| {
+        storage.purge_given_up_alert_emails(longest.cutoff(now), limit)
     })
     .await?;
-    purged.idempotency_keys += drain(batch, pause, || {
-        storage.purge_idempotency_keys(now - IDEMPOTENCY_KEY_MS, batch)
+    purged.idempotency_keys += drain(&pacer, |limit| {
+        storage.purge_idempotency_keys(now - IDEMPOTENCY_KEY_MS, limit)
     })
     .await?;
     let mut after = None;
     loop {
+        pacer.start();
         let (n, next) = storage
-            .purge_rate_rows(now - RATE_KEY_IDLE_MS, after, batch)
+            .purge_rate_rows(now - RATE_KEY_IDLE_MS, after, pacer.rows())
             .await?;
         purged.rate_limits += n;
         match next {
             Some(next) => after = Some(next),
             None => break,
         }
-        pause().await;
+        pacer.pause().await;
     }
-    purged.sessions += drain(batch, pause, || storage.purge_console_sessions(now, batch)).await?;
+    purged.sessions += drain(&pacer, |limit| storage.purge_console_sessions(now, limit)).await?;
 
-    purged.audit_entries += drain(batch, pause, || {
-        storage.purge_audit_entries(settings.audit.cutoff(now), batch)
+    purged.audit_entries += drain(&pacer, |limit| {
+        storage.purge_audit_entries(settings.audit.cutoff(now), limit)
     })
     .await?;
 
     if purged.total() > 0 {
-        storage.reclaim_free_pages(settings.vacuum_pages).await?;
+        // A step at a time, paced like the purges: a long vacuum would hold the write lock.
+        let mut left = settings.vacuum_pages.max(0);
+        while left > 0 {
+            let step = left.min(VACUUM_STEP);
+            pacer.start();
+            storage.reclaim_free_pages(step).await?;
+            left -= step;
+            if left > 0 {
+                pacer.pause().await;
+            }
+        }
     }
     Ok(purged)
 }
@@ -260,53 +280,92 @@ pub async fn purge(
 /// SQLite, keep four fifths.
 const REST_PER_WORK: u32 = 4;
 
+/// The fewest rows a batch is cut down to, however slow the database.
+const MIN_BATCH: i64 = 10;
+
+/// Pages of the file handed back per `incremental_vacuum` transaction.
+pub const VACUUM_STEP: i64 = 256;
+
 /// The rest after a batch that took `took`: `REST_PER_WORK` times it, and at least `min`.
 fn rest_after(took: Duration, min: Duration) -> Duration {
     (took * REST_PER_WORK).max(min)
 }
 
-/// Paces a run: each pause rests in proportion to the work done since the last one.
+/// The size of the next batch, after `rows` rows took `took` against a `target` time: in
+/// proportion, but at most twice as many (one fast batch proves little) and within
+/// [`MIN_BATCH`]`..=max`.
+fn next_batch(rows: i64, took: Duration, target: Duration, max: i64) -> i64 {
+    let max = max.max(MIN_BATCH);
+    let took = took.as_secs_f64().max(1e-6);
+    let scaled = (rows as f64 * target.as_secs_f64() / took).floor() as i64;
+    scaled.min(rows.saturating_mul(2)).clamp(MIN_BATCH, max)
+}
+
+/// Paces a run: each batch's rows follow its time, and each pause rests in proportion to
+/// the batch before it.
 struct Pacer {
     min: Duration,
-    since: std::sync::Mutex<std::time::Instant>,
+    target: Duration,
+    max: i64,
+    /// When the current batch began, and the rows a batch may take.
+    state: std::sync::Mutex<(std::time::Instant, i64)>,
 }
 
 impl Pacer {
-    fn new(min: Duration) -> Self {
+    fn new(settings: &Settings) -> Self {
+        let max = settings.batch.max(1);
         Self {
-            min,
-            since: std::sync::Mutex::new(std::time::Instant::now()),
+            min: settings.pause,
+            target: settings.batch_time,
+            max,
+            state: std::sync::Mutex::new((std::time::Instant::now(), max)),
         }
     }
 
+    fn state(&self) -> std::sync::MutexGuard<'_, (std::time::Instant, i64)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The rows the next batch may take.
+    fn rows(&self) -> i64 {
+        self.state().1
+    }
+
+    /// A batch begins now (what came before it, such as a read, is not its time).
+    fn start(&self) {
+        self.state().0 = std::time::Instant::now();
+    }
+
+    /// After a batch: resizes the next one and rests; the next batch's time starts after.
     async fn pause(&self) {
-        let took = self
-            .since
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .elapsed();
+        let took = {
+            let mut state = self.state();
+            let took = state.0.elapsed();
+            state.1 = next_batch(state.1, took, self.target, self.max);
+            took
+        };
         tokio::time::sleep(rest_after(took, self.min)).await;
-        *self.since.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
+        self.start();
     }
 }
 
-/// Calls `step` (one batch) until it deletes fewer than `batch` rows, pausing after each
-/// full batch; the rows deleted.
-async fn drain<F, Fut, P, PF>(batch: i64, pause: P, mut step: F) -> storage::Result<u64>
+/// Calls `step` (one batch, given its row limit) until it deletes fewer rows than its
+/// limit, pacing each batch; the rows deleted.
+async fn drain<F, Fut>(pacer: &Pacer, mut step: F) -> storage::Result<u64>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(i64) -> Fut,
     Fut: std::future::Future<Output = storage::Result<u64>>,
-    P: Fn() -> PF,
-    PF: std::future::Future<Output = ()>,
 {
     let mut total = 0;
     loop {
-        let n = step().await?;
+        pacer.start();
+        let limit = pacer.rows();
+        let n = step(limit).await?;
         total += n;
-        if n < batch as u64 {
+        if n < limit as u64 {
             return Ok(total);
         }
-        pause().await;
+        pacer.pause().await;
     }
 }
 
@@ -320,6 +379,24 @@ mod tests {
         assert_eq!(rest_after(ms(50), ms(20)), ms(200));
         assert_eq!(rest_after(ms(1), ms(20)), ms(20));
         assert_eq!(rest_after(ms(0), ms(0)), ms(0));
+    }
+
+    #[test]
+    fn a_batch_follows_its_time_at_most_doubling_and_within_bounds() {
+        let ms = Duration::from_millis;
+        // 1,000 rows took 50 ms against 5 ms: a tenth of them next.
+        assert_eq!(next_batch(1000, ms(50), ms(5), 1000), 100);
+        // Fast: grows, but at most twice over, and never past the maximum.
+        assert_eq!(next_batch(100, ms(1), ms(5), 1000), 200);
+        assert_eq!(next_batch(800, ms(1), ms(5), 1000), 1000);
+        // Very slow: never below the floor; an instant batch does not divide by zero.
+        assert_eq!(
+            next_batch(100, Duration::from_secs(10), ms(5), 1000),
+            MIN_BATCH
+        );
+        assert_eq!(next_batch(100, Duration::ZERO, ms(5), 1000), 200);
+        // On target: unchanged.
+        assert_eq!(next_batch(300, ms(5), ms(5), 1000), 300);
     }
 
     #[test]
