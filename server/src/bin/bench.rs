@@ -130,6 +130,14 @@ fn rss_mb() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Prints `used` CPU seconds of this process per delivery, for `deliveries` deliveries.
+fn print_cpu_per_delivery(used: f64, deliveries: usize) {
+    println!(
+        "  CPU per delivery (the whole process: server, load generator and receiver): {:.0} µs",
+        used / deliveries.max(1) as f64 * 1e6
+    );
+}
+
 /// CPU seconds this process has used (user + system), from /proc/self/stat.
 fn process_cpu_seconds() -> f64 {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -503,6 +511,7 @@ async fn bench() -> anyhow::Result<()> {
         bench
             .destination(json!({"url": format!("http://{receiver}/flood")}))
             .await;
+        let cpu = process_cpu_seconds();
         let (wall, lat, _) = bench
             .flood(args.events, args.publishers, &["flood".into()])
             .await;
@@ -520,6 +529,7 @@ async fn bench() -> anyhow::Result<()> {
             100.0 * e2e / direct,
             100.0 * e2e / direct_5
         );
+        print_cpu_per_delivery(process_cpu_seconds() - cpu, args.events);
         println!("  process RSS: {:.0} MB", rss_mb());
         bench.delete_destinations().await;
         bench.arrivals.reset();
@@ -531,6 +541,7 @@ async fn bench() -> anyhow::Result<()> {
                 .await;
         }
         let n = args.events / 10;
+        let cpu = process_cpu_seconds();
         let (wall, lat, _) = bench.flood(n, args.publishers, &["fan".into()]).await;
         let drained = bench.wait_for(n * 10, Duration::from_secs(300)).await;
         peak_rss = peak_rss.max(rss_mb());
@@ -541,6 +552,7 @@ async fn bench() -> anyhow::Result<()> {
             "  end-to-end deliveries: {:.0}/s",
             (n * 10) as f64 / (wall + drained).as_secs_f64()
         );
+        print_cpu_per_delivery(process_cpu_seconds() - cpu, n * 10);
         bench.delete_destinations().await;
         bench.arrivals.reset();
     }
@@ -551,8 +563,10 @@ async fn bench() -> anyhow::Result<()> {
         bench
             .destination(json!({"url": format!("http://{receiver}/steady")}))
             .await;
+        let cpu = process_cpu_seconds();
         let (lat, sent) = bench.steady(rate, args.seconds).await;
         bench.wait_for(sent.len(), Duration::from_secs(60)).await;
+        let cpu_used = process_cpu_seconds() - cpu;
         peak_rss = peak_rss.max(rss_mb());
         println!("\n[steady {rate} events/s for {} s]", args.seconds);
         print_latency("publish latency", lat);
@@ -560,6 +574,7 @@ async fn bench() -> anyhow::Result<()> {
             "publish → first attempt",
             bench.first_attempt_latencies(&sent),
         );
+        print_cpu_per_delivery(cpu_used, sent.len());
         bench.delete_destinations().await;
         bench.arrivals.reset();
     }

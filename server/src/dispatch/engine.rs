@@ -4,7 +4,6 @@
 //! database, so a crash loses at most the attempts in flight, which come back
 //! as `lost` when their lease expires (docs D3).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -22,7 +21,8 @@ use crate::sandbox::Sandbox;
 use std::sync::atomic::Ordering;
 
 use crate::storage::{
-    ClaimLimits, DispatchQueue, FinishedAttempt, NextStep, RateScope, Slot, StorageError,
+    ClaimLimits, DispatchQueue, FinishedAttempt, NextStep, PlanLimits, RateScope, Slot,
+    StorageError,
 };
 
 /// The most of a response body read and kept in the attempt log: reading stops there
@@ -151,8 +151,6 @@ pub struct Engine {
     settings: Settings,
     /// Where transformations run.
     sandbox: Sandbox,
-    /// Spaces' plans, re-read every [`PLAN_TTL_MS`].
-    plans: Mutex<HashMap<SpaceId, (Plan, UnixMs)>>,
     /// Retries in flight in this process.
     retries_in_flight: Arc<std::sync::atomic::AtomicI64>,
     /// Finished attempts on their way to the database, committed in groups.
@@ -170,7 +168,6 @@ type FinishRequest = (
 /// The most finished attempts committed together.
 const FINISH_BATCH: usize = 256;
 
-const PLAN_TTL_MS: i64 = 10_000;
 /// Added to every rate window: a request leaves a little after its slot is granted, and a
 /// receiver counting arrivals must still never see more than the limit in one period.
 const RATE_MARGIN_MS: i64 = 25;
@@ -199,7 +196,6 @@ impl Engine {
             handle: EngineHandle::default(),
             settings,
             sandbox,
-            plans: Mutex::new(HashMap::new()),
             retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             finisher,
             finish_queue: Mutex::new(Some(finish_queue)),
@@ -255,9 +251,25 @@ impl Engine {
             let limits = ClaimLimits {
                 per_destination: self.settings.per_destination_in_flight,
                 retries: (retry_capacity - self.retries_in_flight.load(Ordering::Relaxed)).max(0),
+                plans: Some(PlanLimits {
+                    per_second: self.settings.plan_per_second,
+                    window_ms: 1_000 + RATE_MARGIN_MS,
+                }),
             };
             let want = free.min(256);
-            let targets = self.handle.hints.take(want);
+            let mut targets = self.handle.hints.take(want);
+            if !targets.is_empty() {
+                // Claim only where something is due (a read), not for every ended attempt.
+                match self.storage.due_destinations(&targets, now).await {
+                    Ok(due) => targets = due,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "looking for due destinations failed; claiming for all hinted")
+                    }
+                }
+                if targets.is_empty() {
+                    continue;
+                }
+            }
             let claimed = if !targets.is_empty() {
                 self.storage
                     .claim_for(&targets, now, want as i64, margin, &limits)
@@ -265,7 +277,7 @@ impl Engine {
             } else if rescan {
                 let claimed = self.storage.claim(now, want as i64, margin, &limits).await;
                 // A full batch may have left more behind: look again straight away.
-                rescan = matches!(&claimed, Ok(batch) if batch.len() == want);
+                rescan = matches!(&claimed, Ok(c) if c.deliveries.len() + c.held_by_plan as usize == want);
                 claimed
             } else {
                 rescan = self.idle(&shutdown, &mut backoff).await;
@@ -275,9 +287,12 @@ impl Engine {
                 backoff.succeeded();
             }
             match claimed {
-                Ok(batch) if !batch.is_empty() => {
-                    let batch = self.within_plan_limits(batch).await;
-                    for delivery in batch {
+                Ok(claimed) => {
+                    if claimed.held_by_plan > 0 {
+                        self.metrics
+                            .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
+                    }
+                    for delivery in claimed.deliveries {
                         let Ok(permit) = permits.clone().acquire_owned().await else {
                             break;
                         };
@@ -290,7 +305,6 @@ impl Engine {
                         });
                     }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     rescan = true;
                     let wait = backoff.failed();
@@ -590,53 +604,6 @@ impl Engine {
         Ok(())
     }
 
-    /// The space's plan limit, for a whole claimed batch at once (one transaction per
-    /// space): what fits goes on, the rest is given back as `rate_limited`.
-    async fn within_plan_limits(&self, batch: Vec<Delivery>) -> Vec<Delivery> {
-        let mut by_space: HashMap<SpaceId, Vec<Delivery>> = HashMap::new();
-        for d in batch {
-            by_space.entry(d.space_id).or_default().push(d);
-        }
-        let mut go = Vec::new();
-        for (space_id, mut deliveries) in by_space {
-            let limit = match self.plan(space_id).await {
-                Ok(plan) => self.settings.plan_per_second.for_plan(plan),
-                Err(e) => {
-                    tracing::error!(space.id = %space_id, error = %e, "reading the plan failed; the leases will bring these back");
-                    continue;
-                }
-            };
-            let key = format!("plan:{space_id}");
-            let wanted = deliveries.len() as i64;
-            let (granted, wait) = match self
-                .storage
-                .take_rate_slots(&key, wanted, limit, 1_000 + RATE_MARGIN_MS, now_ms())
-                .await
-            {
-                Ok(g) => g,
-                Err(e) => {
-                    tracing::error!(space.id = %space_id, error = %e, "taking plan slots failed");
-                    (0, 1_000)
-                }
-            };
-            let held = deliveries.split_off(granted as usize);
-            self.metrics
-                .held_back(crate::metrics::HeldBy::Plan, held.len() as u64);
-            go.extend(deliveries);
-            for d in held {
-                let now = now_ms();
-                if let Err(e) = self
-                    .storage
-                    .defer_rate_limited(d.id, RateScope::Space(space_id), now + wait, now)
-                    .await
-                {
-                    tracing::error!(delivery.id = %d.id, error = %e, "giving back a rate-limited claim failed");
-                }
-            }
-        }
-        go
-    }
-
     /// The metrics of a recorded attempt (nothing when it was no longer ours).
     fn count(&self, f: &FinishedAttempt, effects: &crate::storage::FinishEffects) {
         self.count_parts(f.next, f.attempt.error_class, None, effects);
@@ -664,26 +631,6 @@ impl Engine {
         if effects.destination_disabled {
             self.metrics.destination_disabled();
         }
-    }
-
-    async fn plan(&self, space_id: SpaceId) -> Result<Plan, StorageError> {
-        let now = now_ms();
-        if let Some((plan, at)) = self
-            .plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&space_id)
-        {
-            if now - at < PLAN_TTL_MS {
-                return Ok(*plan);
-            }
-        }
-        let plan = self.storage.plan_of(space_id).await?;
-        self.plans
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(space_id, (plan, now));
-        Ok(plan)
     }
 
     /// One HTTP attempt, never failing: every problem becomes an error class on the attempt.

@@ -335,6 +335,9 @@ pub struct ClaimLimits {
     pub per_destination: i64,
     /// Retries this claim may take (capacity is kept for first attempts).
     pub retries: i64,
+    /// The plans' outgoing sends per second (docs D4), whose slots the claim takes for
+    /// its whole batch in its own transaction; `None` takes none.
+    pub plans: Option<PlanLimits>,
 }
 
 impl Default for ClaimLimits {
@@ -342,8 +345,25 @@ impl Default for ClaimLimits {
         Self {
             per_destination: 5,
             retries: i64::MAX,
+            plans: None,
         }
     }
+}
+
+/// The plan limit a claim applies: sends per second shared by a space's destinations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanLimits {
+    pub per_second: PerPlan,
+    /// The window the sends are counted in (a second and a margin).
+    pub window_ms: i64,
+}
+
+/// What a claim took: the deliveries to send now, and how many it gave straight back
+/// because their space's plan limit said "not now" (`rate_limited`, due when a slot frees).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Claimed {
+    pub deliveries: Vec<Delivery>,
+    pub held_by_plan: u64,
 }
 
 /// Which deliveries a rate limit holds back.

@@ -6,7 +6,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use super::deliveries::{DeliveryRow, DELIVERY};
 use super::queue::{claim_sql, fifo_head};
 use super::store::{convert_all, Dialect, Store};
-use super::write::{Durability, WriteTx, Writes};
+use super::write::{WriteTx, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
 
@@ -68,33 +68,29 @@ impl Dialect for Postgres {
         Ok(())
     }
 
-    async fn claim(
-        store: &Store<Self>,
+    async fn claim_in(
+        tx: &mut WriteTx<'_, sqlx::Postgres>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        let mut writer = store.writes.writer(Durability::Engine).await?;
-        let mut tx = writer.begin().await?;
-        Self::lock_claims(&mut tx).await?;
         let rows = sqlx::query_as::<_, DeliveryRow>(&claim_sql(Self::DUE_INDEX))
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
             .bind(limits.per_destination)
             .bind(limits.retries)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut **tx)
             .await?;
-        tx.commit().await?;
         convert_all(rows)
     }
 
     /// One statement for all the destinations (each one's earliest due deliveries through
     /// `LATERAL … LIMIT` its free slots; a FIFO one's head, when it has nothing in flight):
     /// a round trip to the server per destination would cost more than the claim itself.
-    async fn claim_for(
-        store: &Store<Self>,
+    async fn claim_for_in(
+        tx: &mut WriteTx<'_, sqlx::Postgres>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
@@ -142,9 +138,6 @@ impl Dialect for Postgres {
             head = fifo_head("targets.destination_id"),
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
-        let mut writer = store.writes.writer(Durability::Engine).await?;
-        let mut tx = writer.begin().await?;
-        Self::lock_claims(&mut tx).await?;
         let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
             .bind(&ids)
             .bind(now)
@@ -153,12 +146,9 @@ impl Dialect for Postgres {
             .bind(limits.retries)
             .bind(limit)
             .bind(lease_margin_ms)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut **tx)
             .await?;
-        tx.commit().await?;
-        let mut claimed: Vec<Delivery> = convert_all(rows)?;
-        claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
-        Ok(claimed)
+        convert_all(rows)
     }
 
     fn raw_pool(pool: &PgPool) -> RawPool {

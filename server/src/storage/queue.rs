@@ -6,9 +6,12 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
 use super::deliveries::{DeliveryRow, DELIVERY};
-use super::store::{convert_all, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store};
+use super::store::{convert_all, Args, Conn, DbRow, Dialect, Sql, SqlArg, SqlValue, Store};
 use super::write::{Durability, WriteTx};
 use super::*;
+
+/// Rate slots written by one INSERT (two values each, far below either backend's limit).
+const RATE_ROWS_PER_INSERT: i64 = 500;
 
 /// How many of the earliest due deliveries a claim looks at to find ones it may take.
 pub(super) const CLAIM_SCAN: i64 = 5000;
@@ -86,7 +89,7 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>>;
+    ) -> Result<Claimed>;
     /// [`DispatchQueue::claim`] for the named destinations only: each one's earliest due
     /// deliveries, up to its free in-flight slots, without looking at the rest of the
     /// queue. The engine calls it for destinations it knows have work (a publish just
@@ -99,7 +102,7 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>>;
+    ) -> Result<Claimed>;
     /// A rate limit said "not now" to a claimed delivery: give it back without using an
     /// attempt, due at `until`, marked `rate_limited`, with every other due delivery of
     /// the same scope (so they are not claimed only to be refused again).
@@ -110,6 +113,15 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         until: UnixMs,
         now: UnixMs,
     ) -> Result<()>;
+    /// Which of `destinations` have a delivery due by `now`: a read, so the engine asks
+    /// for a claim (a write transaction) only where there is something to claim. An
+    /// attempt that ends names its destination in case more waits behind it, and at low
+    /// load nothing does.
+    async fn due_destinations(
+        &self,
+        destinations: &[DestinationId],
+        now: UnixMs,
+    ) -> Result<Vec<DestinationId>>;
     /// When the earliest waiting, unpaused delivery is due.
     async fn next_due_at(&self) -> Result<Option<UnixMs>>;
     /// Claims whose lease ran out (their worker crashed or was killed).
@@ -135,8 +147,6 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
     async fn destination_of(&self, delivery: &Delivery) -> Result<Destination>;
     /// The event a claimed delivery carries.
     async fn event_of(&self, delivery: &Delivery) -> Result<Event>;
-    /// The plan of a space (its rate limit).
-    async fn plan_of(&self, space_id: SpaceId) -> Result<Plan>;
     /// Takes a slot of at most `limit` per `window_ms` for `key`, or says when one frees.
     async fn take_rate_slot(
         &self,
@@ -177,8 +187,14 @@ where
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>> {
-        D::claim(self, now, limit, lease_margin_ms, limits).await
+    ) -> Result<Claimed> {
+        let mut writer = self.writes.writer(Durability::Engine).await?;
+        let mut tx = writer.begin().await?;
+        D::lock_claims(&mut tx).await?;
+        let batch = D::claim_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
+        let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     async fn claim_for(
@@ -188,8 +204,16 @@ where
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>> {
-        D::claim_for(self, destinations, now, limit, lease_margin_ms, limits).await
+    ) -> Result<Claimed> {
+        let mut writer = self.writes.writer(Durability::Engine).await?;
+        let mut tx = writer.begin().await?;
+        D::lock_claims(&mut tx).await?;
+        let mut batch =
+            D::claim_for_in(&mut tx, destinations, now, limit, lease_margin_ms, limits).await?;
+        batch.sort_by_key(|d| (d.next_attempt_at, d.id));
+        let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     async fn defer_rate_limited(
@@ -201,31 +225,40 @@ where
     ) -> Result<()> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
         let mut tx = writer.begin().await?;
-        sqlx::query(
-            "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
-             lease_expires_at = NULL, next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
-             WHERE id = $3 AND status = 'sending'",
-        )
-        .bind(until)
-        .bind(now)
-        .bind(id.to_string())
-        .execute(&mut *tx)
-        .await?;
-        let (column, key) = match scope {
-            RateScope::Destination(d) => ("destination_id", d.to_string()),
-            RateScope::Space(s) => ("space_id", s.to_string()),
-        };
-        sqlx::query(&format!(
-            "UPDATE deliveries SET next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
-             WHERE {column} = $3 AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at < $1"
-        ))
-        .bind(until)
-        .bind(now)
-        .bind(key)
-        .execute(&mut *tx)
-        .await?;
+        Self::defer_in(&mut tx, &[id], scope, until, now).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn due_destinations(
+        &self,
+        destinations: &[DestinationId],
+        now: UnixMs,
+    ) -> Result<Vec<DestinationId>> {
+        if destinations.is_empty() {
+            return Ok(Vec::new());
+        }
+        // One look-up per destination in `deliveries_due_by_destination`, whatever its backlog.
+        let mut q = Sql::<D>::new("SELECT id FROM destinations WHERE id IN (");
+        for (i, d) in destinations.iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
+            }
+            q.push_bind(d.to_string());
+        }
+        q.push(
+            ") AND EXISTS (SELECT 1 FROM deliveries d WHERE d.destination_id = destinations.id \
+             AND d.status IN ('pending', 'retrying') AND d.paused = FALSE AND d.next_attempt_at <= ",
+        )
+        .push_bind(now)
+        .push(")");
+        let (sql, args) = q.into_parts()?;
+        let ids: Vec<String> = sqlx::query_scalar_with(&sql, args)
+            .fetch_all(&self.engine_read)
+            .await?;
+        ids.iter()
+            .map(|id| super::store::parse("destinations.id", id))
+            .collect()
     }
 
     async fn next_due_at(&self) -> Result<Option<UnixMs>> {
@@ -322,44 +355,9 @@ where
     ) -> Result<(i64, i64)> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
         let mut tx = writer.begin().await?;
-        // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
-        // concurrent callers on every instance count one after another.
-        sqlx::query(
-            "INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
-             ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at",
-        )
-        .bind(key)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        // The slot is dated when the lock is granted, not when it was asked for: waiting
-        // for the lock must not make a window look older than it is.
-        let now = now.max(crate::clock::now_ms());
-        sqlx::query("DELETE FROM rate_events WHERE key = $1 AND at <= $2")
-            .bind(key)
-            .bind(now - window_ms)
-            .execute(&mut *tx)
-            .await?;
-        let (count, oldest): (i64, Option<i64>) =
-            sqlx::query_as("SELECT COUNT(*), MIN(at) FROM rate_events WHERE key = $1")
-                .bind(key)
-                .fetch_one(&mut *tx)
-                .await?;
-        let granted = wanted.min(limit - count).max(0);
-        for _ in 0..granted {
-            sqlx::query("INSERT INTO rate_events (key, at) VALUES ($1, $2)")
-                .bind(key)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-        }
+        let taken = Self::take_slots_in(&mut tx, key, wanted, limit, window_ms, now).await?;
         tx.commit().await?;
-        let wait = if granted < wanted {
-            (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
-        } else {
-            0
-        };
-        Ok((granted, wait))
+        Ok(taken)
     }
 
     async fn destination_of(&self, delivery: &Delivery) -> Result<Destination> {
@@ -369,10 +367,6 @@ where
 
     async fn event_of(&self, delivery: &Delivery) -> Result<Event> {
         self.get_event(delivery.space_id, delivery.event_id).await
-    }
-
-    async fn plan_of(&self, space_id: SpaceId) -> Result<Plan> {
-        Ok(self.get_space(space_id).await?.plan)
     }
 }
 
@@ -389,6 +383,166 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
+    /// Up to `wanted` slots of the rate window `key` (at most `limit` per `window_ms`),
+    /// inside `tx`: how many were granted, and when one frees if not all were.
+    async fn take_slots_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        key: &str,
+        wanted: i64,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<(i64, i64)> {
+        // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
+        // concurrent callers on every instance count one after another.
+        sqlx::query(
+            "INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
+             ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at",
+        )
+        .bind(key)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+        // The slot is dated when the lock is granted, not when it was asked for: waiting
+        // for the lock must not make a window look older than it is.
+        let now = now.max(crate::clock::now_ms());
+        sqlx::query("DELETE FROM rate_events WHERE key = $1 AND at <= $2")
+            .bind(key)
+            .bind(now - window_ms)
+            .execute(&mut **tx)
+            .await?;
+        let (count, oldest): (i64, Option<i64>) =
+            sqlx::query_as("SELECT COUNT(*), MIN(at) FROM rate_events WHERE key = $1")
+                .bind(key)
+                .fetch_one(&mut **tx)
+                .await?;
+        let granted = wanted.min(limit - count).max(0);
+        // One statement for the whole batch's slots (a claim asks for up to 256 at once).
+        for chunk in 0..(granted + RATE_ROWS_PER_INSERT - 1) / RATE_ROWS_PER_INSERT {
+            let rows = (granted - chunk * RATE_ROWS_PER_INSERT).min(RATE_ROWS_PER_INSERT);
+            let mut insert = Sql::<D>::new("INSERT INTO rate_events (key, at) ");
+            insert.push_values(0..rows, |mut row, _| {
+                row.push_bind(key).push_bind(now);
+            });
+            let (sql, args) = insert.into_parts()?;
+            sqlx::query_with(&sql, args).execute(&mut **tx).await?;
+        }
+        let wait = if granted < wanted {
+            (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
+        } else {
+            0
+        };
+        Ok((granted, wait))
+    }
+
+    /// Gives claimed deliveries back without an attempt (a rate limit said "not now"),
+    /// due at `until` and marked `rate_limited`, with every other due delivery of the
+    /// same scope, inside `tx`.
+    async fn defer_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        ids: &[DeliveryId],
+        scope: RateScope,
+        until: UnixMs,
+        now: UnixMs,
+    ) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut back = Sql::<D>::new(
+            "UPDATE deliveries SET status = CASE WHEN attempts = 0 THEN 'pending' ELSE 'retrying' END, \
+             lease_expires_at = NULL, last_error_class = 'rate_limited', next_attempt_at = ",
+        );
+        back.push_bind(until)
+            .push(", updated_at = ")
+            .push_bind(now)
+            .push(" WHERE status = 'sending' AND id IN (");
+        for (i, id) in ids.iter().enumerate() {
+            if i > 0 {
+                back.push(", ");
+            }
+            back.push_bind(id.to_string());
+        }
+        back.push(")");
+        let (sql, args) = back.into_parts()?;
+        sqlx::query_with(&sql, args).execute(&mut **tx).await?;
+        let (column, key) = match scope {
+            RateScope::Destination(d) => ("destination_id", d.to_string()),
+            RateScope::Space(s) => ("space_id", s.to_string()),
+        };
+        sqlx::query(&format!(
+            "UPDATE deliveries SET next_attempt_at = $1, last_error_class = 'rate_limited', updated_at = $2 \
+             WHERE {column} = $3 AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at < $1"
+        ))
+        .bind(until)
+        .bind(now)
+        .bind(key)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// The plan limit (docs D4) for a claimed batch, inside the claim's transaction: per
+    /// space, the slots its plan has left this second; what fits goes on, in the batch's
+    /// order, the rest is given back at once as `rate_limited`.
+    async fn within_plans_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        batch: Vec<Delivery>,
+        plans: Option<PlanLimits>,
+        now: UnixMs,
+    ) -> Result<Claimed> {
+        let Some(plans) = plans.filter(|_| !batch.is_empty()) else {
+            return Ok(Claimed {
+                deliveries: batch,
+                held_by_plan: 0,
+            });
+        };
+        let mut spaces: Vec<SpaceId> = Vec::new();
+        for d in &batch {
+            if !spaces.contains(&d.space_id) {
+                spaces.push(d.space_id);
+            }
+        }
+        let mut held: std::collections::HashSet<DeliveryId> = Default::default();
+        for space in spaces {
+            let in_space: Vec<DeliveryId> = batch
+                .iter()
+                .filter(|d| d.space_id == space)
+                .map(|d| d.id)
+                .collect();
+            let plan: Option<String> = sqlx::query_scalar("SELECT plan FROM spaces WHERE id = $1")
+                .bind(space.to_string())
+                .fetch_optional(&mut **tx)
+                .await?;
+            // A space deleted meanwhile took its deliveries with it: nothing to hold.
+            let Some(plan) = plan else { continue };
+            let plan: Plan = super::store::parse("spaces.plan", &plan)?;
+            let wanted = in_space.len() as i64;
+            let (granted, wait) = Self::take_slots_in(
+                tx,
+                &format!("plan:{space}"),
+                wanted,
+                plans.per_second.for_plan(plan),
+                plans.window_ms,
+                now,
+            )
+            .await?;
+            let refused = &in_space[granted as usize..];
+            if !refused.is_empty() {
+                let now = now.max(crate::clock::now_ms());
+                Self::defer_in(tx, refused, RateScope::Space(space), now + wait, now).await?;
+                held.extend(refused.iter().copied());
+            }
+        }
+        let held_by_plan = held.len() as u64;
+        let deliveries = batch
+            .into_iter()
+            .filter(|d| !held.contains(&d.id))
+            .collect();
+        Ok(Claimed {
+            deliveries,
+            held_by_plan,
+        })
+    }
     /// One finished attempt and its consequences, inside `tx`.
     async fn finish_in(
         tx: &mut WriteTx<'_, D::DB>,

@@ -15,7 +15,7 @@ use sqlx::sqlite::{
 use super::deliveries::{DeliveryRow, DELIVERY};
 use super::queue::{claim_sql, fifo_head};
 use super::store::{convert_all, Dialect, Store};
-use super::write::{Durability, WriteTx, Writes};
+use super::write::{WriteTx, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
 
@@ -96,42 +96,35 @@ impl Dialect for Sqlite {
     }
 
     /// One statement: SQLite has a single writer, so the in-flight count it reads is exact.
-    async fn claim(
-        store: &Store<Self>,
+    async fn claim_in(
+        tx: &mut WriteTx<'_, sqlx::Sqlite>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
         let sql = claim_sql(Self::DUE_INDEX);
-        let query = sqlx::query_as::<_, DeliveryRow>(&sql)
+        let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
             .bind(limits.per_destination)
-            .bind(limits.retries);
-        let rows = store
-            .writes
-            .writer(Durability::Engine)
-            .await?
-            .fetch_all(query)
+            .bind(limits.retries)
+            .fetch_all(&mut **tx)
             .await?;
         convert_all(rows)
     }
 
     /// A loop over the destinations: SQLite's statements run in-process, so a few per
     /// destination cost microseconds.
-    async fn claim_for(
-        store: &Store<Self>,
+    async fn claim_for_in(
+        tx: &mut WriteTx<'_, sqlx::Sqlite>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        let mut writer = store.writes.writer(Durability::Engine).await?;
-        let mut tx = writer.begin().await?;
-        Self::lock_claims(&mut tx).await?;
         let mut claimed: Vec<Delivery> = Vec::new();
         let mut retries_left = limits.retries;
         for destination in destinations {
@@ -145,7 +138,7 @@ impl Dialect for Sqlite {
                  FROM deliveries WHERE destination_id = $1 AND status = 'sending'",
             )
             .bind(&destination)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut **tx)
             .await?;
             let ordering = match ordering {
                 Some(o) => o
@@ -172,7 +165,7 @@ impl Dialect for Sqlite {
             .bind(now)
             .bind(retries_left > 0)
             .bind(free)
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut **tx)
             .await?;
             let mut take = Vec::with_capacity(due.len());
             for (id, status) in due {
@@ -203,12 +196,10 @@ impl Dialect for Sqlite {
             update.push(format!(") RETURNING {}", DELIVERY));
             let rows = update
                 .build_query_as::<DeliveryRow>()
-                .fetch_all(&mut *tx)
+                .fetch_all(&mut **tx)
                 .await?;
             claimed.extend(convert_all(rows)?);
         }
-        tx.commit().await?;
-        claimed.sort_by_key(|d| (d.next_attempt_at, d.id));
         Ok(claimed)
     }
 

@@ -65,18 +65,20 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// last admin).
     fn lock_users(tx: &mut WriteTx<'_, Self::DB>) -> impl Future<Output = Result<()>> + Send;
 
-    /// [`super::DispatchQueue::claim`].
-    fn claim(
-        store: &Store<Self>,
+    /// [`super::DispatchQueue::claim`]'s deliveries, inside its transaction (after
+    /// [`Dialect::lock_claims`]; the plan limit is applied after it, in the same one).
+    fn claim_in(
+        tx: &mut WriteTx<'_, Self::DB>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> impl Future<Output = Result<Vec<Delivery>>> + Send;
 
-    /// [`super::DispatchQueue::claim_for`].
-    fn claim_for(
-        store: &Store<Self>,
+    /// [`super::DispatchQueue::claim_for`]'s deliveries, inside its transaction, as
+    /// [`Dialect::claim_in`].
+    fn claim_for_in(
+        tx: &mut WriteTx<'_, Self::DB>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,

@@ -53,7 +53,9 @@ where
         limit: i64,
         lease_margin_ms: i64,
     ) -> Result<Vec<Delivery>> {
-        D::claim(self, now, limit, lease_margin_ms, &ClaimLimits::default()).await
+        let limits = ClaimLimits::default();
+        let claimed = DispatchQueue::claim(self, now, limit, lease_margin_ms, &limits).await?;
+        Ok(claimed.deliveries)
     }
 
     async fn publish_event(&self, new: &NewEvent, now: UnixMs) -> Result<Published> {

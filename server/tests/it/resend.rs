@@ -285,8 +285,8 @@ on_both_backends! {
             };
             app.storage.publish_event(&event, server::clock::now_ms()).await.unwrap();
         }
-        let limits = ClaimLimits { per_destination: 2000, retries: i64::MAX };
-        let claimed = app.storage.claim(server::clock::now_ms(), 2000, 60_000, &limits).await.unwrap();
+        let limits = ClaimLimits { per_destination: 2000, retries: i64::MAX, plans: None };
+        let claimed = app.storage.claim(server::clock::now_ms(), 2000, 60_000, &limits).await.unwrap().deliveries;
         assert_eq!(claimed.len(), 1001);
         dead_letter(&app, &claimed).await;
 
