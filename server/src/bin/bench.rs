@@ -66,43 +66,155 @@ struct Args {
     /// Timed requests per console page.
     #[arg(long, default_value_t = 10)]
     console_requests: usize,
+    /// Out of process, as a user runs it: the real `partyflow serve` binary (the one next
+    /// to this binary) and the receiver in processes of their own, this one the load
+    /// generator; the CPU of each is printed apart. Flood, fan-out and steady only.
+    #[arg(long)]
+    external: bool,
+    /// Runs only the receiver (what `--external` starts in a process of its own).
+    #[arg(long, hide = true)]
+    receiver_only: bool,
 }
 
-/// Arrival time of each `webhook-id` at the receiver.
+/// The scenarios `--external` runs.
+const EXTERNAL_SCENARIOS: [&str; 4] = ["flood", "fanout", "steady", "steady1000"];
+
+/// Where a time measured here stands on the wall clock, so times taken in two processes
+/// compare: UNIX milliseconds.
+fn unix_ms(at: Instant) -> f64 {
+    static ORIGIN: std::sync::OnceLock<(Instant, f64)> = std::sync::OnceLock::new();
+    let (instant, wall) = *ORIGIN.get_or_init(|| {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        (Instant::now(), wall.as_secs_f64() * 1000.0)
+    });
+    if at >= instant {
+        wall + (at - instant).as_secs_f64() * 1000.0
+    } else {
+        wall - (instant - at).as_secs_f64() * 1000.0
+    }
+}
+
+/// Arrival time (UNIX ms) of each `webhook-id` at the receiver, and the requests counted:
+/// kept here, or read over HTTP from the receiver's own process (`--external`).
 #[derive(Clone, Default)]
-struct Arrivals(
-    Arc<Mutex<HashMap<String, Instant>>>,
-    Arc<std::sync::atomic::AtomicUsize>,
-);
+struct Arrivals {
+    seen: Arc<Mutex<HashMap<String, f64>>>,
+    count: Arc<std::sync::atomic::AtomicUsize>,
+    remote: Option<(reqwest::Client, String)>,
+}
 
 impl Arrivals {
-    fn count(&self) -> usize {
-        self.1.load(std::sync::atomic::Ordering::Relaxed)
+    /// The arrivals of the receiver process at `base`.
+    fn remote(base: String) -> Self {
+        Self {
+            remote: Some((reqwest::Client::new(), base)),
+            ..Self::default()
+        }
     }
-    fn reset(&self) {
-        self.0.lock().unwrap().clear();
-        self.1.store(0, std::sync::atomic::Ordering::Relaxed);
+
+    async fn count(&self) -> usize {
+        match &self.remote {
+            None => self.count.load(std::sync::atomic::Ordering::Relaxed),
+            Some((client, base)) => match client.get(format!("{base}/_bench/count")).send().await {
+                Ok(r) => r.json::<usize>().await.unwrap_or(0),
+                Err(_) => 0,
+            },
+        }
     }
+
+    async fn reset(&self) {
+        match &self.remote {
+            None => {
+                self.seen.lock().unwrap().clear();
+                self.count.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+            Some((client, base)) => {
+                client
+                    .post(format!("{base}/_bench/reset"))
+                    .send()
+                    .await
+                    .expect("resetting the receiver");
+            }
+        }
+    }
+
+    /// Each `webhook-id`'s first arrival.
+    async fn times(&self) -> HashMap<String, f64> {
+        match &self.remote {
+            None => self.seen.lock().unwrap().clone(),
+            Some((client, base)) => client
+                .get(format!("{base}/_bench/arrivals"))
+                .send()
+                .await
+                .expect("reading the receiver's arrivals")
+                .json()
+                .await
+                .expect("the receiver's arrivals"),
+        }
+    }
+
+    /// Counts a request (and its `webhook-id`'s first arrival).
+    fn record(&self, headers: &axum::http::HeaderMap) {
+        let now = unix_ms(Instant::now());
+        if let Some(id) = headers.get("webhook-id").and_then(|v| v.to_str().ok()) {
+            self.seen
+                .lock()
+                .unwrap()
+                .entry(id.to_owned())
+                .or_insert(now);
+        }
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The receiver: answers every request `200 ok`, counting it; `/_bench/…` tells what it
+/// counted (for `--external`, where it runs in a process of its own).
+async fn start_receiver_on(listener: tokio::net::TcpListener) -> Arrivals {
+    let arrivals = Arrivals::default();
+    let (a, counted, seen, reset) = (
+        arrivals.clone(),
+        arrivals.clone(),
+        arrivals.clone(),
+        arrivals.clone(),
+    );
+    let app = axum::Router::new()
+        .route(
+            "/_bench/count",
+            axum::routing::get(move || {
+                let n = counted.count.load(std::sync::atomic::Ordering::Relaxed);
+                async move { axum::Json(n) }
+            }),
+        )
+        .route(
+            "/_bench/arrivals",
+            axum::routing::get(move || {
+                let times = seen.seen.lock().unwrap().clone();
+                async move { axum::Json(times) }
+            }),
+        )
+        .route(
+            "/_bench/reset",
+            axum::routing::post(move || {
+                reset.seen.lock().unwrap().clear();
+                reset.count.store(0, std::sync::atomic::Ordering::Relaxed);
+                async { "reset" }
+            }),
+        )
+        .fallback(move |headers: axum::http::HeaderMap| {
+            a.record(&headers);
+            async { "ok" }
+        });
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    arrivals
 }
 
 async fn start_receiver() -> (SocketAddr, Arrivals) {
-    let arrivals = Arrivals::default();
-    let a = arrivals.clone();
-    let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
-        let a = a.clone();
-        async move {
-            let now = Instant::now();
-            if let Some(id) = headers.get("webhook-id").and_then(|v| v.to_str().ok()) {
-                a.0.lock().unwrap().entry(id.to_owned()).or_insert(now);
-            }
-            a.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            "ok"
-        }
-    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    (addr, arrivals)
+    (addr, start_receiver_on(listener).await)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -114,7 +226,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+    rss_mb_of("self")
+}
+
+/// The resident memory of process `pid` (or `self`), in MB.
+fn rss_mb_of(pid: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -130,17 +247,14 @@ fn rss_mb() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Prints `used` CPU seconds of this process per delivery, for `deliveries` deliveries.
-fn print_cpu_per_delivery(used: f64, deliveries: usize) {
-    println!(
-        "  CPU per delivery (the whole process: server, load generator and receiver): {:.0} µs",
-        used / deliveries.max(1) as f64 * 1e6
-    );
-}
-
 /// CPU seconds this process has used (user + system), from /proc/self/stat.
 fn process_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    cpu_seconds_of("self")
+}
+
+/// CPU seconds process `pid` (or `self`) has used (user + system), from /proc.
+fn cpu_seconds_of(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
     let ticks = |i: usize| {
@@ -333,11 +447,11 @@ impl Bench {
 
     async fn wait_for(&self, n: usize, limit: Duration) -> Duration {
         let start = Instant::now();
-        while self.arrivals.count() < n {
+        while self.arrivals.count().await < n {
             if start.elapsed() > limit {
                 eprintln!(
                     "  (gave up waiting: {} of {n} arrived)",
-                    self.arrivals.count()
+                    self.arrivals.count().await
                 );
                 break;
             }
@@ -347,15 +461,11 @@ impl Bench {
     }
 
     /// Publish→first-attempt latencies (ms) for events that arrived.
-    fn first_attempt_latencies(&self, sent: &HashMap<String, Instant>) -> Vec<f64> {
-        let arrivals = self.arrivals.0.lock().unwrap();
+    async fn first_attempt_latencies(&self, sent: &HashMap<String, Instant>) -> Vec<f64> {
+        let arrivals = self.arrivals.times().await;
         let mut lat: Vec<f64> = sent
             .iter()
-            .filter_map(|(id, at)| {
-                arrivals
-                    .get(id)
-                    .map(|got| got.saturating_duration_since(*at).as_secs_f64() * 1000.0)
-            })
+            .filter_map(|(id, at)| arrivals.get(id).map(|got| (got - unix_ms(*at)).max(0.0)))
             .collect();
         lat.sort_by(f64::total_cmp);
         lat
@@ -421,13 +531,18 @@ fn main() -> anyhow::Result<()> {
 
 async fn bench() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.receiver_only {
+        return receiver_only().await;
+    }
     let wants = |s: &str| {
         let named = args
             .only
             .as_deref()
             .is_some_and(|o| o.split(',').any(|x| x == s));
         // The soak takes ten minutes, the console's fill as long: only when asked for.
-        named || (args.only.is_none() && s != "soak" && s != "console")
+        let wanted = named || (args.only.is_none() && s != "soak" && s != "console");
+        // Out of process, the scenarios that need no reach into the server's insides.
+        wanted && (!args.external || EXTERNAL_SCENARIOS.contains(&s))
     };
     let dir = tempfile::tempdir()?;
     let url = match &args.postgres {
@@ -448,29 +563,41 @@ async fn bench() -> anyhow::Result<()> {
     storage.migrate().await?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
-    let mut config = Config {
-        database_url: url.clone(),
-        listen: addr,
-        allow_networks: "127.0.0.0/8".into(),
-        // No metrics listener: the benchmark needs no scrape and must not hold 9464.
-        metrics_listen: String::new(),
-        ..Config::default()
-    };
-    config.dispatch.idle_poll_ms = 1000;
-    // The benchmark measures the engine, not the plan limit.
-    config.limits.outgoing_per_second.enterprise = 1_000_000;
-    // The retention task runs often, so the purge and soak scenarios see it at work.
-    config.retention.interval = "5s".parse()?;
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(server::startup::run(
-        config,
-        storage.clone().into(),
-        listener,
-        shutdown.clone(),
-    ));
     let space =
         server::ops::tenants::create_space(storage.as_ref(), "bench", Plan::Enterprise).await?;
-    let (receiver, arrivals) = start_receiver().await;
+    let shutdown = CancellationToken::new();
+    let (server, receiver, arrivals, procs) = if args.external {
+        drop(listener);
+        let (server, receiver, arrivals, procs) = start_external(&url, addr).await?;
+        (Running::External(server), receiver, arrivals, procs)
+    } else {
+        let mut config = Config {
+            database_url: url.clone(),
+            listen: addr,
+            allow_networks: "127.0.0.0/8".into(),
+            // No metrics listener: the benchmark needs no scrape and must not hold 9464.
+            metrics_listen: String::new(),
+            ..Config::default()
+        };
+        config.dispatch.idle_poll_ms = 1000;
+        // The benchmark measures the engine, not the plan limit.
+        config.limits.outgoing_per_second.enterprise = 1_000_000;
+        // The retention task runs often, so the purge and soak scenarios see it at work.
+        config.retention.interval = "5s".parse()?;
+        let server = tokio::spawn(server::startup::run(
+            config,
+            storage.clone().into(),
+            listener,
+            shutdown.clone(),
+        ));
+        let (receiver, arrivals) = start_receiver().await;
+        (
+            Running::InProcess(server),
+            receiver,
+            arrivals,
+            Processes::default(),
+        )
+    };
     let bench = Bench {
         base: format!("http://{addr}"),
         key: space.api_key.clone(),
@@ -488,7 +615,12 @@ async fn bench() -> anyhow::Result<()> {
         "SQLite"
     };
     println!(
-        "PartyFlow Hooks benchmark — {backend}, {} cores, {} events per flood, {} publishers",
+        "PartyFlow Hooks benchmark — {backend}, {}, {} cores, {} events per flood, {} publishers",
+        if args.external {
+            "out of process (partyflow serve, the receiver and this load generator apart)"
+        } else {
+            "in process"
+        },
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1),
@@ -497,9 +629,9 @@ async fn bench() -> anyhow::Result<()> {
     );
 
     let direct = bench.direct_limit(args.events, args.publishers).await;
-    bench.arrivals.reset();
+    bench.arrivals.reset().await;
     let direct_5 = bench.direct_limit(args.events, 5).await;
-    bench.arrivals.reset();
+    bench.arrivals.reset().await;
     println!(
         "direct loopback limit (same client → same receiver, no server): {direct:.0} requests/s \
          ({} at once); {direct_5:.0} requests/s with 5 at once (the cap per destination)",
@@ -511,7 +643,7 @@ async fn bench() -> anyhow::Result<()> {
         bench
             .destination(json!({"url": format!("http://{receiver}/flood")}))
             .await;
-        let cpu = process_cpu_seconds();
+        let cpu = CpuMark::now(&procs);
         let (wall, lat, _) = bench
             .flood(args.events, args.publishers, &["flood".into()])
             .await;
@@ -529,10 +661,10 @@ async fn bench() -> anyhow::Result<()> {
             100.0 * e2e / direct,
             100.0 * e2e / direct_5
         );
-        print_cpu_per_delivery(process_cpu_seconds() - cpu, args.events);
+        cpu.print_per_delivery(&procs, args.events);
         println!("  process RSS: {:.0} MB", rss_mb());
         bench.delete_destinations().await;
-        bench.arrivals.reset();
+        bench.arrivals.reset().await;
     }
     if wants("fanout") {
         for i in 0..10 {
@@ -541,7 +673,7 @@ async fn bench() -> anyhow::Result<()> {
                 .await;
         }
         let n = args.events / 10;
-        let cpu = process_cpu_seconds();
+        let cpu = CpuMark::now(&procs);
         let (wall, lat, _) = bench.flood(n, args.publishers, &["fan".into()]).await;
         let drained = bench.wait_for(n * 10, Duration::from_secs(300)).await;
         peak_rss = peak_rss.max(rss_mb());
@@ -552,9 +684,9 @@ async fn bench() -> anyhow::Result<()> {
             "  end-to-end deliveries: {:.0}/s",
             (n * 10) as f64 / (wall + drained).as_secs_f64()
         );
-        print_cpu_per_delivery(process_cpu_seconds() - cpu, n * 10);
+        cpu.print_per_delivery(&procs, n * 10);
         bench.delete_destinations().await;
-        bench.arrivals.reset();
+        bench.arrivals.reset().await;
     }
     for (name, rate) in [("steady", 200_u64), ("steady1000", 1000)] {
         if !wants(name) {
@@ -563,20 +695,20 @@ async fn bench() -> anyhow::Result<()> {
         bench
             .destination(json!({"url": format!("http://{receiver}/steady")}))
             .await;
-        let cpu = process_cpu_seconds();
+        let cpu = CpuMark::now(&procs);
         let (lat, sent) = bench.steady(rate, args.seconds).await;
         bench.wait_for(sent.len(), Duration::from_secs(60)).await;
-        let cpu_used = process_cpu_seconds() - cpu;
+        let delivered = sent.len();
         peak_rss = peak_rss.max(rss_mb());
         println!("\n[steady {rate} events/s for {} s]", args.seconds);
         print_latency("publish latency", lat);
         print_latency(
             "publish → first attempt",
-            bench.first_attempt_latencies(&sent),
+            bench.first_attempt_latencies(&sent).await,
         );
-        print_cpu_per_delivery(cpu_used, sent.len());
+        cpu.print_per_delivery(&procs, delivered);
         bench.delete_destinations().await;
-        bench.arrivals.reset();
+        bench.arrivals.reset().await;
     }
     if wants("transform") {
         // 200 events/s (a rate the engine keeps up with), each to one of 10 destinations,
@@ -594,7 +726,7 @@ async fn bench() -> anyhow::Result<()> {
             }
             let (_, sent) = bench.steady_with_text(200, args.seconds).await;
             bench.wait_for(sent.len(), Duration::from_secs(60)).await;
-            let lat = bench.first_attempt_latencies(&sent);
+            let lat = bench.first_attempt_latencies(&sent).await;
             medians.push(percentile(&lat, 0.5));
             println!(
                 "\n[200 events/s to 10 destinations, {} for {} s]",
@@ -607,7 +739,7 @@ async fn bench() -> anyhow::Result<()> {
             );
             print_latency("publish → first attempt", lat);
             bench.delete_destinations().await;
-            bench.arrivals.reset();
+            bench.arrivals.reset().await;
         }
         println!(
             "  added by the transformation at p50: {:.2} ms",
@@ -703,7 +835,7 @@ async fn bench() -> anyhow::Result<()> {
             args.events as f64 / (wall + drained).as_secs_f64()
         );
         bench.delete_destinations().await;
-        bench.arrivals.reset();
+        bench.arrivals.reset().await;
     }
     if wants("backlog") {
         bench
@@ -711,8 +843,8 @@ async fn bench() -> anyhow::Result<()> {
             .await;
         let (_, base) = bench.steady(200, args.seconds.min(5)).await;
         bench.wait_for(base.len(), Duration::from_secs(60)).await;
-        let baseline = bench.first_attempt_latencies(&base);
-        bench.arrivals.reset();
+        let baseline = bench.first_attempt_latencies(&base).await;
+        bench.arrivals.reset().await;
         let loaded = Instant::now();
         fill_backlog(&bench, args.backlog).await?;
         println!(
@@ -723,7 +855,7 @@ async fn bench() -> anyhow::Result<()> {
         let (_, sent) = bench.steady(200, args.seconds).await;
         bench.wait_for(sent.len(), Duration::from_secs(120)).await;
         peak_rss = peak_rss.max(rss_mb());
-        let with_backlog = bench.first_attempt_latencies(&sent);
+        let with_backlog = bench.first_attempt_latencies(&sent).await;
         print_latency("publish → first attempt, no backlog", baseline.clone());
         print_latency(
             "publish → first attempt, with backlog",
@@ -737,7 +869,7 @@ async fn bench() -> anyhow::Result<()> {
     if wants("purge") {
         peak_rss = peak_rss.max(purge_scenario(&bench, args.purge_rows, args.seconds).await?);
         bench.delete_destinations().await;
-        bench.arrivals.reset();
+        bench.arrivals.reset().await;
     }
     if wants("soak") {
         let soak_load = SoakLoad {
@@ -758,11 +890,156 @@ async fn bench() -> anyhow::Result<()> {
         .await?;
         peak_rss = peak_rss.max(rss_mb());
     }
-    println!(
-        "\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB"
+    match server {
+        Running::InProcess(server) => {
+            println!(
+                "\npeak process RSS (server + receiver + load generator in one process): {peak_rss:.0} MB"
+            );
+            shutdown.cancel();
+            let _ = server.await;
+        }
+        Running::External(mut children) => {
+            println!(
+                "\nserver RSS at the end: {:.0} MB",
+                procs
+                    .server
+                    .map_or(f64::NAN, |pid| rss_mb_of(&pid.to_string()))
+            );
+            for child in &mut children {
+                let _ = child.kill().await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The server the benchmark drives: a task of this process, or child processes
+/// (`partyflow serve` and the receiver) that are killed at the end.
+enum Running {
+    InProcess(tokio::task::JoinHandle<anyhow::Result<()>>),
+    External(Vec<tokio::process::Child>),
+}
+
+/// The processes apart from this one (`--external`), whose CPU is counted apart.
+#[derive(Debug, Clone, Copy, Default)]
+struct Processes {
+    server: Option<u32>,
+    receiver: Option<u32>,
+}
+
+/// CPU seconds used so far by this process, the server and the receiver.
+#[derive(Debug, Clone, Copy)]
+struct CpuMark {
+    me: f64,
+    server: f64,
+    receiver: f64,
+}
+
+impl CpuMark {
+    fn now(procs: &Processes) -> Self {
+        let of = |pid: Option<u32>| pid.map_or(0.0, |p| cpu_seconds_of(&p.to_string()));
+        Self {
+            me: cpu_seconds_of("self"),
+            server: of(procs.server),
+            receiver: of(procs.receiver),
+        }
+    }
+
+    /// Prints the CPU used since this mark per delivery, for `deliveries` deliveries.
+    fn print_per_delivery(&self, procs: &Processes, deliveries: usize) {
+        let now = Self::now(procs);
+        let per = |used: f64| used / deliveries.max(1) as f64 * 1e6;
+        if procs.server.is_some() {
+            println!(
+                "  CPU per delivery: server {:.0} µs (partyflow serve); receiver {:.0} µs; load generator {:.0} µs",
+                per(now.server - self.server),
+                per(now.receiver - self.receiver),
+                per(now.me - self.me)
+            );
+        } else {
+            println!(
+                "  CPU per delivery (the whole process: server, load generator and receiver): {:.0} µs",
+                per(now.me - self.me)
+            );
+        }
+    }
+}
+
+/// `--external`: starts the receiver (this binary, `--receiver-only`) and `partyflow
+/// serve` (the binary next to this one) on `url`, listening on `addr`, and waits until
+/// the server is ready.
+async fn start_external(
+    url: &str,
+    addr: SocketAddr,
+) -> anyhow::Result<(Vec<tokio::process::Child>, SocketAddr, Arrivals, Processes)> {
+    use tokio::io::AsyncBufReadExt as _;
+    let me = std::env::current_exe()?;
+    let mut receiver = tokio::process::Command::new(&me)
+        .arg("--receiver-only")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let stdout = receiver.stdout.take().expect("piped");
+    let mut line = String::new();
+    tokio::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .await?;
+    let receiver_addr: SocketAddr = line
+        .trim()
+        .parse()
+        .map_err(|e| anyhow::anyhow!("the receiver said {line:?}: {e}"))?;
+    let serve = me.with_file_name("partyflow");
+    anyhow::ensure!(
+        serve.exists(),
+        "--external runs {}: build it first (cargo build --release -p server)",
+        serve.display()
     );
-    shutdown.cancel();
-    let _ = server.await;
+    let server = tokio::process::Command::new(&serve)
+        .arg("serve")
+        .env("PARTYFLOW_DATABASE_URL", url)
+        .env("PARTYFLOW_LISTEN", addr.to_string())
+        .env("PARTYFLOW_ALLOW_NETWORKS", "127.0.0.0/8")
+        .env("PARTYFLOW_METRICS_LISTEN", "")
+        .env("PARTYFLOW_DISPATCH__IDLE_POLL_MS", "1000")
+        .env(
+            "PARTYFLOW_LIMITS__OUTGOING_PER_SECOND__ENTERPRISE",
+            "1000000",
+        )
+        .env("PARTYFLOW_RETENTION__INTERVAL", "5s")
+        .env("PARTYFLOW_CONFIG", "/nonexistent/partyflow.toml")
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let procs = Processes {
+        server: server.id(),
+        receiver: receiver.id(),
+    };
+    let client = reqwest::Client::new();
+    let ready = format!("http://{addr}/readyz");
+    let started = Instant::now();
+    while !client
+        .get(&ready)
+        .send()
+        .await
+        .is_ok_and(|r| r.status().is_success())
+    {
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "partyflow serve was not ready within a minute"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let arrivals = Arrivals::remote(format!("http://{receiver_addr}"));
+    Ok((vec![server, receiver], receiver_addr, arrivals, procs))
+}
+
+/// `--receiver-only`: the receiver alone, its address on the first line of stdout.
+async fn receiver_only() -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    println!("{}", listener.local_addr()?);
+    let _arrivals = start_receiver_on(listener).await;
+    std::future::pending::<()>().await;
     Ok(())
 }
 
@@ -850,8 +1127,8 @@ async fn purge_scenario(bench: &Bench, rows: usize, seconds: u64) -> anyhow::Res
         .await;
     let (_, base) = bench.steady(200, seconds).await;
     bench.wait_for(base.len(), Duration::from_secs(60)).await;
-    let baseline = bench.first_attempt_latencies(&base);
-    bench.arrivals.reset();
+    let baseline = bench.first_attempt_latencies(&base).await;
+    bench.arrivals.reset().await;
 
     let written = Instant::now();
     fill_finished(bench, rows).await?;
@@ -870,8 +1147,8 @@ async fn purge_scenario(bench: &Bench, rows: usize, seconds: u64) -> anyhow::Res
     while purged_in.is_none() || started.elapsed() < Duration::from_secs(seconds) {
         let (_, sent) = bench.steady(200, 5).await;
         bench.wait_for(sent.len(), Duration::from_secs(60)).await;
-        lat.extend(bench.first_attempt_latencies(&sent));
-        bench.arrivals.reset();
+        lat.extend(bench.first_attempt_latencies(&sent).await);
+        bench.arrivals.reset().await;
         peak = peak.max(rss_mb());
         if purged_in.is_none() && old_finished(bench).await? == 0 {
             purged_in = Some(started.elapsed());
@@ -1072,8 +1349,8 @@ async fn soak(bench: &Bench, db_url: &str, load: &SoakLoad) -> anyhow::Result<f6
         });
         if started.elapsed() >= next_report {
             next_report += Duration::from_secs(every.max(1));
-            delivered += bench.arrivals.count();
-            bench.arrivals.reset();
+            delivered += bench.arrivals.count().await;
+            bench.arrivals.reset().await;
             let rss = rss_mb();
             peak = peak.max(rss);
             println!(
