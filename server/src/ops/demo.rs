@@ -138,6 +138,16 @@ pub async fn remove(store: &dyn Storage) -> Result<Option<SpaceId>, OpsError> {
     }
 }
 
+/// When the round after one sent at `now` is due, rounds `traffic_ms` apart: a
+/// twentieth early, so the sending instance's own next tick (a timer on the monotonic
+/// clock, read against the wall clock in whole milliseconds) is never refused by a
+/// millisecond and the round skipped. Every instance ticks; the one whose
+/// `claim_demo_round` moves the space to this time sends the round (docs D17).
+pub fn next_round_at(now: UnixMs, traffic_ms: u64) -> UnixMs {
+    let traffic = i64::try_from(traffic_ms).unwrap_or(i64::MAX);
+    now.saturating_add(traffic - traffic / 20)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +168,16 @@ mod tests {
             );
             assert!(d.name.is_some());
         }
+    }
+
+    #[test]
+    fn the_next_round_is_one_interval_later_a_twentieth_early() {
+        assert_eq!(next_round_at(10_000, 2_000), 11_900);
+        assert_eq!(next_round_at(10_000, 150), 10_143);
+        // An instance ticking on time gets the next round; one ticking within the same
+        // interval, earlier than that, does not.
+        let next = next_round_at(0, 2_000);
+        assert!(next <= 2_000 && next > 1_000);
+        assert_eq!(next_round_at(i64::MAX - 1, 2_000), i64::MAX);
     }
 }
