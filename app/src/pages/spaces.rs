@@ -269,7 +269,7 @@ fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
                     <input type="hidden" name="space" value=s6/>
                     <label>"Keep for" <input type="text" name="retention" value=retention
                         placeholder="the plan's, e.g. 30d, 12h" maxlength="40"/></label>
-                    <FieldError error=errors.3 label="Keep for"/>
+                    <FieldError error=errors.3 label="Retention"/>
                     <button type="submit" class="secondary">"Save retention"</button>
                 </ActionForm>
             </section>

@@ -137,19 +137,21 @@ async fn a_refused_settings_form_keeps_what_was_typed_with_javascript() {
 // item 7): without JavaScript, a refused post comes back with the user's values
 // (`guard::keep_typed`, `Typed::or`) and the message beside the field it names.
 
-/// A browser without JavaScript, signed in through the plain login form, at `path`.
+/// A browser without JavaScript, signed in through the plain login form, at `path`
+/// (its page's heading `heading`).
 async fn plain_browser_at(
     driver: &Driver,
     profile: &std::path::Path,
     server: &Server,
     path: &str,
+    heading: &str,
 ) -> Client {
     let c = browser_without_javascript(driver, profile).await;
     c.goto(&server.url(path)).await.unwrap();
     set_field(&c, "input[name=email]", ADMIN).await;
     set_field(&c, "input[name=password]", PASSWORD).await;
     find(&c, "button[type=submit]").await.click().await.unwrap();
-    find(&c, "h1").await;
+    wait_text(&c, "h1", heading).await;
     c
 }
 
@@ -173,7 +175,14 @@ async fn a_refused_event_type_keeps_what_was_typed_without_javascript() {
     let server = start_server().await;
     let driver = Driver::start();
     let profile = tempfile::tempdir().unwrap();
-    let c = plain_browser_at(&driver, profile.path(), &server, "/event-types").await;
+    let c = plain_browser_at(
+        &driver,
+        profile.path(),
+        &server,
+        "/event-types",
+        "Event types",
+    )
+    .await;
     let bad_schema = r#"{"type": "money"}"#;
     find(&c, "details.create summary")
         .await
@@ -244,7 +253,14 @@ async fn a_refused_incoming_webhook_keeps_what_was_typed_without_javascript() {
     incoming_webhook(&server, "first").await;
     let driver = Driver::start();
     let profile = tempfile::tempdir().unwrap();
-    let c = plain_browser_at(&driver, profile.path(), &server, "/incoming-webhooks").await;
+    let c = plain_browser_at(
+        &driver,
+        profile.path(),
+        &server,
+        "/incoming-webhooks",
+        "Incoming webhooks",
+    )
+    .await;
     find(&c, "details.create summary")
         .await
         .click()
@@ -278,7 +294,7 @@ async fn refused_space_user_and_retention_forms_keep_what_was_typed_without_java
     let server = start_server().await;
     let driver = Driver::start();
     let profile = tempfile::tempdir().unwrap();
-    let c = plain_browser_at(&driver, profile.path(), &server, "/spaces").await;
+    let c = plain_browser_at(&driver, profile.path(), &server, "/spaces", "Spaces").await;
 
     // A new space whose name is only white space, on the Pro plan.
     set_field(&c, "section.create input[name=name]", "   ").await;
@@ -346,7 +362,10 @@ async fn refused_space_user_and_retention_forms_keep_what_was_typed_without_java
         .click()
         .await
         .unwrap();
-    assert_eq!(refused_beside(&c, "Keep for:").await, "retention");
+    assert_eq!(
+        refused_beside(&c, "Retention: \"forever\" is not a duration").await,
+        "retention"
+    );
     assert_eq!(value_of(&c, "input[name=retention]").await, "forever");
     assert!(
         server

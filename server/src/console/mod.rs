@@ -179,7 +179,6 @@ fn field_of(code: &str) -> Option<&'static str> {
         "invalid_name" => "Name",
         "invalid_email" | "email_taken" => "Email",
         "invalid_password" => "Password",
-        "invalid_retention" => "Keep for",
         "invalid_event_type" => "Event type",
         "invalid_schema" => "Schema",
         "invalid_example" => "Example",
@@ -433,9 +432,13 @@ mod tests {
             worded("invalid_window", "from is after to"),
             "From is after to."
         );
+        // A retention's message names its field already ("retention: …").
         assert_eq!(
-            field_of(crate::ops::retention::INVALID_RETENTION),
-            Some("Keep for")
+            worded(
+                crate::ops::retention::INVALID_RETENTION,
+                "retention: \"soon\" is not a duration"
+            ),
+            "Retention: \"soon\" is not a duration."
         );
     }
 }
