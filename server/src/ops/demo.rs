@@ -132,10 +132,26 @@ pub async fn remove(store: &dyn Storage) -> Result<Option<SpaceId>, OpsError> {
     let Some(space_id) = store.demo_space().await? else {
         return Ok(None);
     };
-    match store.delete_space(space_id).await {
-        Ok(()) | Err(StorageError::NotFound) => Ok(Some(space_id)),
-        Err(e) => Err(e.into()),
+    // The delete cascades through rows the engine may be writing at that moment (the
+    // demo's traffic still flows): on PostgreSQL the two can deadlock, and the database
+    // aborts one of them; the delete is tried again, a few times.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match store.delete_space(space_id).await {
+            Ok(()) | Err(StorageError::NotFound) => return Ok(Some(space_id)),
+            Err(e) if is_deadlock(&e) && tries < 5 => {
+                tracing::info!("demo: removing the demo space met a deadlock; trying again");
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+}
+
+/// Whether the database aborted the statement to break a deadlock (PostgreSQL's
+/// SQLSTATE 40P01).
+fn is_deadlock(e: &StorageError) -> bool {
+    matches!(e, StorageError::Other(sqlx::Error::Database(db)) if db.code().as_deref() == Some("40P01"))
 }
 
 /// When the round after one sent at `now` is due, rounds `traffic_ms` apart: a
