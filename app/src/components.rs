@@ -510,6 +510,21 @@ impl Typed {
             .unwrap_or(saved)
     }
 
+    /// Whether the checkbox `name` is to be shown ticked: as posted when the form was
+    /// refused (an unticked box is not posted), else as `saved`.
+    pub fn checked(typed: &Option<Typed>, name: &str, saved: bool) -> bool {
+        match typed {
+            Some(t) => t.get(name).is_some(),
+            None => saved,
+        }
+    }
+
+    /// What was typed, when the refused form is the one that posted `name` as `value`:
+    /// one of several forms of the same server function on a page (a row's, a space's).
+    pub fn of_form(typed: &Option<Typed>, name: &str, value: &str) -> Option<Typed> {
+        typed.clone().filter(|t| t.get(name) == Some(value))
+    }
+
     /// The fields as a form struct whose fields are all text (missing ones default).
     pub fn fill<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
         let map: serde_json::Map<String, serde_json::Value> = self
@@ -568,11 +583,18 @@ where
 
 /// Whether a refusal is about the field labelled `label`: the console words a refused
 /// setting "Label: what is wrong." (e.g. "Transformation: the jq program does not
-/// compile: …").
+/// compile: …"), or names it as the sentence's subject ("The example does not match
+/// the schema: …").
 pub fn names_field(message: &str, label: &str) -> bool {
-    message
+    let labelled = message
         .strip_prefix(label)
-        .is_some_and(|rest| rest.starts_with(':'))
+        .is_some_and(|rest| rest.starts_with(':'));
+    let subject = message.strip_prefix("The ").is_some_and(|rest| {
+        rest.get(..label.len())
+            .is_some_and(|word| word.eq_ignore_ascii_case(label))
+            && rest[label.len()..].starts_with(' ')
+    });
+    labelled || subject
 }
 
 /// The refusal beside the field labelled `label`, when it is about that field.
@@ -618,6 +640,10 @@ mod tests {
         assert!(names_field(m, "Transformation"));
         assert!(!names_field(m, "Filter"));
         assert!(!names_field("Transformations are off.", "Transformation"));
+        let m = "The example does not match the schema: /total is required.";
+        assert!(names_field(m, "Example"));
+        assert!(!names_field(m, "Schema"));
+        assert!(!names_field("The examples are old.", "Example"));
     }
 
     #[test]
@@ -631,6 +657,13 @@ mod tests {
             "https://typed.example"
         );
         assert_eq!(Typed::or(&typed, "filter", ".ok".into()), ".ok");
+        assert!(
+            !Typed::checked(&typed, "deprecated", true),
+            "an unticked box is not posted"
+        );
+        assert!(Typed::checked(&None, "deprecated", true));
+        assert!(Typed::of_form(&typed, "url", "https://typed.example").is_some());
+        assert!(Typed::of_form(&typed, "url", "https://other.example").is_none());
         assert_eq!(
             Typed::or(&None, "url", "https://saved.example".into()),
             "https://saved.example"

@@ -153,7 +153,8 @@ pub fn sample_event(n: u64) -> (&'static str, Value) {
 }
 
 /// Sends the sample traffic: every `traffic_ms`, four events (one of each type) to each
-/// demo space whose traffic still runs, until `shutdown`.
+/// demo space whose traffic still runs, until `shutdown`. Of several instances on one
+/// database only the one that claims a round sends it (`claim_demo_round`).
 pub async fn run_traffic(
     storage: Arc<dyn Storage>,
     engine: EngineHandle,
@@ -177,6 +178,16 @@ pub async fn run_traffic(
             }
         };
         for space_id in spaces {
+            // Every instance ticks; the one that claims the round sends it (docs D17).
+            let next = crate::ops::demo::next_round_at(now, settings.traffic_ms);
+            match storage.claim_demo_round(space_id, now, next).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "demo: claiming the round failed");
+                    continue;
+                }
+            }
             // One event of each type at once: the rate-limited destination gets two
             // orders together, so one waits (`rate_limited`).
             let batch: Vec<NewEvent> = (0..4)

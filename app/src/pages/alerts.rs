@@ -12,7 +12,8 @@ use crate::api::{
     SetAlertSpace,
 };
 use crate::components::{
-    console, fmt_time, load_error, reset_on_success, select_options, use_mutation, Confirm,
+    console, fmt_time, load_error, refusal, reset_on_success, select_options, use_mutation,
+    use_typed, Confirm, FieldError, Typed,
 };
 use crate::types::{AlertSettings, SpaceView};
 
@@ -24,6 +25,13 @@ pub fn AlertsPage() -> impl IntoView {
         |_| async {
             Ok::<_, crate::error::ConsoleError>((get_alerts().await?, list_spaces().await?))
         },
+    );
+    // A refused form (without JavaScript) comes back with what was typed.
+    let typed = (
+        use_typed::<SetAlertSpace>(),
+        use_typed::<AddAlertWebhook>(),
+        use_typed::<AddAlertEmail>(),
+        use_typed::<SendTestAlert>(),
     );
     view! {
         <Title text="Alerts · PartyFlow Hooks"/>
@@ -37,12 +45,14 @@ pub fn AlertsPage() -> impl IntoView {
         </div>
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
+                let (alert_space, webhook, email, test) =
+                    (typed.0.await, typed.1.await, typed.2.await, typed.3.await);
                 match data.await {
                     Ok((settings, spaces)) => view! {
-                        <AlertSpace settings=settings.clone() spaces=spaces.clone()/>
-                        <Webhooks settings=settings.clone() spaces=spaces.clone()/>
-                        <Emails settings=settings.clone() spaces=spaces.clone()/>
-                        <TestAlert spaces=spaces/>
+                        <AlertSpace settings=settings.clone() spaces=spaces.clone() typed=alert_space/>
+                        <Webhooks settings=settings.clone() spaces=spaces.clone() typed=webhook/>
+                        <Emails settings=settings.clone() spaces=spaces.clone() typed=email/>
+                        <TestAlert spaces=spaces typed=test/>
                     }.into_any(),
                     Err(e) => load_error(e),
                 }
@@ -58,8 +68,14 @@ fn space_options(spaces: &[SpaceView], none: &str) -> Vec<(String, String)> {
 }
 
 #[component]
-fn AlertSpace(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
+fn AlertSpace(
+    settings: AlertSettings,
+    spaces: Vec<SpaceView>,
+    typed: Option<Typed>,
+) -> impl IntoView {
     let save = use_mutation::<SetAlertSpace>();
+    let error = refusal(save);
+    let current = Typed::or(&typed, "space", settings.alert_space.clone());
     view! {
         <section class="card">
             <h2>"The install's alert space"</h2>
@@ -68,9 +84,10 @@ fn AlertSpace(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView 
                 <div class="form-grid">
                     <label>"Alert space"
                         <select name="space" data-testid="alert-space">
-                            {select_options(space_options(&spaces, "none"), &settings.alert_space)}
+                            {select_options(space_options(&spaces, "none"), &current)}
                         </select>
                     </label>
+                    <FieldError error label="Alert space"/>
                 </div>
                 <button type="submit" disabled=move || save.pending().get()>"Save"</button>
             </ActionForm>
@@ -79,8 +96,13 @@ fn AlertSpace(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView 
 }
 
 #[component]
-fn Webhooks(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
+fn Webhooks(
+    settings: AlertSettings,
+    spaces: Vec<SpaceView>,
+    typed: Option<Typed>,
+) -> impl IntoView {
     let add = use_mutation::<AddAlertWebhook>();
+    let error = refusal(add);
     let form = NodeRef::new();
     reset_on_success(add, form);
     // The alert space by default: install-wide webhooks are the common case.
@@ -89,6 +111,9 @@ fn Webhooks(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
     } else {
         settings.alert_space.clone()
     };
+    let first_space = Typed::or(&typed, "space", first_space);
+    let url = Typed::or(&typed, "url", String::new());
+    let format = Typed::or(&typed, "format", "slack".into());
     view! {
         <section class="card">
             <h2>"Alert webhooks"</h2>
@@ -123,12 +148,13 @@ fn Webhooks(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
                     <label>"Space"
                         <select name="space">{select_options(space_options(&spaces, "choose a space"), &first_space)}</select>
                     </label>
-                    <label class="wide">"URL" <input type="url" name="url" required placeholder="https://hooks.slack.com/services/…"/></label>
+                    <label class="wide">"URL" <input type="url" name="url" value=url required placeholder="https://hooks.slack.com/services/…"/></label>
+                    <FieldError error label="URL"/>
                     <label>"Format"
                         <select name="format">{select_options(vec![
                             ("slack".to_owned(), "Slack-compatible {\"text\"}".to_owned()),
                             ("json".to_owned(), "JSON (the whole alert)".to_owned()),
-                        ], "slack")}</select>
+                        ], &format)}</select>
                     </label>
                 </div>
                 <button type="submit" disabled=move || add.pending().get()>"Add alert webhook"</button>
@@ -138,8 +164,11 @@ fn Webhooks(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
 }
 
 #[component]
-fn Emails(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
+fn Emails(settings: AlertSettings, spaces: Vec<SpaceView>, typed: Option<Typed>) -> impl IntoView {
     let add = use_mutation::<AddAlertEmail>();
+    let error = refusal(add);
+    let address = Typed::or(&typed, "address", String::new());
+    let space = Typed::or(&typed, "space", String::new());
     let remove = use_mutation::<RemoveAlertEmail>();
     let form = NodeRef::new();
     reset_on_success(add, form);
@@ -186,9 +215,10 @@ fn Emails(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
             }}
             <ActionForm action=add node_ref=form>
                 <div class="form-grid">
-                    <label class="wide">"Address" <input type="email" name="address" required autocomplete="off"/></label>
+                    <label class="wide">"Address" <input type="email" name="address" value=address required autocomplete="off"/></label>
+                    <FieldError error label="Address"/>
                     <label>"Alerts of"
-                        <select name="space">{select_options(space_options(&spaces, "every space"), "")}</select>
+                        <select name="space">{select_options(space_options(&spaces, "every space"), &space)}</select>
                     </label>
                 </div>
                 <button type="submit" disabled=move || add.pending().get()>"Add address"</button>
@@ -214,8 +244,9 @@ fn Emails(settings: AlertSettings, spaces: Vec<SpaceView>) -> impl IntoView {
 }
 
 #[component]
-fn TestAlert(spaces: Vec<SpaceView>) -> impl IntoView {
+fn TestAlert(spaces: Vec<SpaceView>, typed: Option<Typed>) -> impl IntoView {
     let send = use_mutation::<SendTestAlert>();
+    let space = Typed::or(&typed, "space", String::new());
     view! {
         <section class="card">
             <h2>"Send a test alert"</h2>
@@ -223,7 +254,7 @@ fn TestAlert(spaces: Vec<SpaceView>) -> impl IntoView {
             <ActionForm action=send>
                 <div class="form-grid">
                     <label>"As an alert of"
-                        <select name="space">{select_options(space_options(&spaces, "the install"), "")}</select>
+                        <select name="space">{select_options(space_options(&spaces, "the install"), &space)}</select>
                     </label>
                 </div>
                 <button type="submit" data-testid="send-test-alert" disabled=move || send.pending().get()>"Send test alert"</button>

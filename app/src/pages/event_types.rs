@@ -11,7 +11,8 @@ use leptos_router::hooks::use_query_map;
 use super::SpaceFilter;
 use crate::api::{list_event_types, list_spaces, SaveEventType};
 use crate::components::{
-    console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation,
+    console, fmt_time, is_admin, load_error, refusal, reset_on_success, select_options,
+    use_mutation, use_typed, FieldError, Typed,
 };
 use crate::types::{CatalogEntry, SpaceView};
 
@@ -29,6 +30,9 @@ pub fn EventTypesPage() -> impl IntoView {
     );
     let spaces = Resource::new(|| (), |_| list_spaces());
     let save = use_mutation::<SaveEventType>();
+    // A refused form (without JavaScript) comes back with what was typed: a row's edit
+    // (posted with `existing`) or the new type's.
+    let typed = use_typed::<SaveEventType>();
 
     view! {
         <Title text="Event types · PartyFlow Hooks"/>
@@ -40,11 +44,13 @@ pub fn EventTypesPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 let admin = is_admin(&Some(ctx.me.await));
                 let spaces = spaces.await.unwrap_or_default();
+                let typed = typed.await;
+                let typed_new = typed.clone().filter(|t| t.get("existing").is_none());
                 match data.await {
                     Ok(list) => view! {
                         <SpaceFilter action="/event-types" spaces=spaces.clone() current=space.get_untracked()/>
-                        <CatalogTable list=list admin=admin save=save/>
-                        {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() save=save/> })}
+                        <CatalogTable list=list admin=admin save=save typed=typed/>
+                        {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() save=save typed=typed_new/> })}
                     }.into_any(),
                     Err(e) => load_error(e),
                 }
@@ -58,6 +64,8 @@ fn CatalogTable(
     list: Vec<CatalogEntry>,
     admin: bool,
     save: ServerAction<SaveEventType>,
+    /// What was typed into a refused form of the page.
+    typed: Option<Typed>,
 ) -> impl IntoView {
     if list.is_empty() {
         return view! { <p class="empty">"No event types in the catalog yet."</p> }.into_any();
@@ -76,7 +84,12 @@ fn CatalogTable(
                     </tr>
                 </thead>
                 <tbody>
-                    {list.into_iter().map(|t| view! { <CatalogRow t=t admin=admin save=save/> }).collect_view()}
+                    {list.into_iter().map(|t| {
+                        // The row's own edit, if it was the one refused.
+                        let typed = Typed::of_form(&typed, "name", &t.name)
+                            .filter(|f| f.get("existing").is_some() && f.get("space") == Some(t.space_id.as_str()));
+                        view! { <CatalogRow t=t admin=admin save=save typed=typed/> }
+                    }).collect_view()}
                 </tbody>
             </table>
         </div>
@@ -85,7 +98,12 @@ fn CatalogTable(
 }
 
 #[component]
-fn CatalogRow(t: CatalogEntry, admin: bool, save: ServerAction<SaveEventType>) -> impl IntoView {
+fn CatalogRow(
+    t: CatalogEntry,
+    admin: bool,
+    save: ServerAction<SaveEventType>,
+    typed: Option<Typed>,
+) -> impl IntoView {
     let has_schema = !t.schema.is_empty();
     let schema_cell = if has_schema {
         let schema = t.schema.clone();
@@ -101,7 +119,7 @@ fn CatalogRow(t: CatalogEntry, admin: bool, save: ServerAction<SaveEventType>) -
     };
     let edit = admin.then(|| {
         let t = t.clone();
-        view! { <td class="row-actions"><EditForm t=t save=save/></td> }
+        view! { <td class="row-actions"><EditForm t=t save=save typed=typed/></td> }
     });
     view! {
         <tr data-event-type=t.name.clone() data-space=t.space_id.clone() data-deprecated=t.deprecated.to_string()>
@@ -120,33 +138,54 @@ fn CatalogRow(t: CatalogEntry, admin: bool, save: ServerAction<SaveEventType>) -
     }
 }
 
-/// The fields every catalog form has, filled from `t`.
+/// The fields every catalog form has, filled from what was typed into the refused
+/// form, else from `t`; `error` (the refusal) beside the field it names.
 #[component]
-fn CatalogFields(t: CatalogEntry) -> impl IntoView {
+fn CatalogFields(
+    t: CatalogEntry,
+    typed: Option<Typed>,
+    error: Signal<Option<String>>,
+) -> impl IntoView {
+    let description = Typed::or(&typed, "description", t.description);
+    let schema = Typed::or(&typed, "schema", t.schema);
+    let example = Typed::or(&typed, "example", t.example);
+    let deprecated = Typed::checked(&typed, "deprecated", t.deprecated);
     view! {
-        <label class="wide">"Description" <input type="text" name="description" maxlength="1000" value=t.description/></label>
+        <label class="wide">"Description" <input type="text" name="description" maxlength="1000" value=description/></label>
+        <FieldError error label="Description"/>
         <label class="wide">"JSON Schema (draft 2020-12; empty for none)"
-            <textarea name="schema" rows="6" spellcheck="false" class="mono" placeholder=r#"{"type": "object", "required": ["id"]}"#>{t.schema}</textarea>
+            <textarea name="schema" rows="6" spellcheck="false" class="mono" placeholder=r#"{"type": "object", "required": ["id"]}"#>{schema}</textarea>
         </label>
+        <FieldError error label="Schema"/>
         <label class="wide">"Example payload (must match the schema; empty for none)"
-            <textarea name="example" rows="4" spellcheck="false" class="mono" placeholder=r#"{"id": 42}"#>{t.example}</textarea>
+            <textarea name="example" rows="4" spellcheck="false" class="mono" placeholder=r#"{"id": 42}"#>{example}</textarea>
         </label>
-        <label class="check"><input type="checkbox" name="deprecated" value="on" checked=t.deprecated/> " Deprecated"</label>
+        <FieldError error label="Example"/>
+        <label class="check"><input type="checkbox" name="deprecated" value="on" checked=deprecated/> " Deprecated"</label>
     }
 }
 
 #[component]
-fn EditForm(t: CatalogEntry, save: ServerAction<SaveEventType>) -> impl IntoView {
+fn EditForm(
+    t: CatalogEntry,
+    save: ServerAction<SaveEventType>,
+    typed: Option<Typed>,
+) -> impl IntoView {
     let pending = save.pending();
     let (space, name) = (t.space_id.clone(), t.name.clone());
+    // The refusal beside the field only in the row that was refused (without JavaScript;
+    // with it, the message is at the top and the form keeps what was typed).
+    let open = typed.is_some();
+    let refused = refusal(save);
+    let error = Signal::derive(move || refused.get().filter(|_| open));
     view! {
-        <details class="edit">
+        <details class="edit" open=open>
             <summary>"Edit"</summary>
             <ActionForm action=save>
                 <input type="hidden" name="space" value=space/>
                 <input type="hidden" name="name" value=name/>
                 <input type="hidden" name="existing" value="on"/>
-                <div class="form-grid"><CatalogFields t=t/></div>
+                <div class="form-grid"><CatalogFields t=t typed=typed error/></div>
                 <button type="submit" disabled=move || pending.get()>"Save event type"</button>
             </ActionForm>
         </details>
@@ -158,19 +197,26 @@ fn CreateForm(
     spaces: Vec<SpaceView>,
     current: String,
     save: ServerAction<SaveEventType>,
+    /// What was typed when the new type was refused without JavaScript.
+    typed: Option<Typed>,
 ) -> impl IntoView {
     let pending = save.pending();
+    let error = refusal(save);
     let form = NodeRef::new();
     reset_on_success(save, form);
     let options: Vec<(String, String)> = spaces.into_iter().map(|s| (s.id, s.name)).collect();
+    let open = typed.is_some();
+    let current = Typed::or(&typed, "space", current);
+    let name = Typed::or(&typed, "name", String::new());
     view! {
-        <details class="card create">
+        <details class="card create" open=open>
             <summary>"New event type"</summary>
             <ActionForm action=save node_ref=form>
                 <div class="form-grid">
                     <label>"Space" <select name="space" required>{select_options(options, &current)}</select></label>
-                    <label>"Name" <input type="text" name="name" required maxlength="100" pattern="[A-Za-z0-9._:\\-]{1,100}" placeholder="order.created"/></label>
-                    <CatalogFields t=CatalogEntry::default()/>
+                    <label>"Name" <input type="text" name="name" value=name required maxlength="100" pattern="[A-Za-z0-9._:\\-]{1,100}" placeholder="order.created"/></label>
+                    <FieldError error label="Event type"/>
+                    <CatalogFields t=CatalogEntry::default() typed=typed error/>
                 </div>
                 <button type="submit" data-testid="create-event-type" disabled=move || pending.get()>
                     {move || if pending.get() { "Adding…" } else { "Add event type" }}

@@ -9,8 +9,8 @@ use leptos_router::hooks::use_query_map;
 use super::SpaceFilter;
 use crate::api::{list_incoming_webhooks, list_spaces, CreateIncomingWebhook, SetIncomingStatus};
 use crate::components::{
-    console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation,
-    StatusBadge,
+    console, fmt_time, is_admin, load_error, refusal, reset_on_success, select_options,
+    use_mutation, use_typed, FieldError, StatusBadge, Typed,
 };
 use crate::types::{Choice, IncomingWebhookView};
 
@@ -26,6 +26,7 @@ pub fn IncomingPage() -> impl IntoView {
     let spaces = Resource::new(|| (), |_| list_spaces());
     let set_status = use_mutation::<SetIncomingStatus>();
     let create = use_mutation::<CreateIncomingWebhook>();
+    let typed = use_typed::<CreateIncomingWebhook>();
 
     view! {
         <Title text="Incoming webhooks · PartyFlow Hooks"/>
@@ -34,11 +35,12 @@ pub fn IncomingPage() -> impl IntoView {
             {move || Suspend::new(async move {
                 let admin = is_admin(&Some(ctx.me.await));
                 let spaces = spaces.await.unwrap_or_default();
+                let typed = typed.await;
                 match data.await {
                     Ok(page) => view! {
                         <SpaceFilter action="/incoming-webhooks" spaces=spaces current=space.get_untracked()/>
                         <HookTable hooks=page.hooks admin=admin set_status=set_status/>
-                        {admin.then(|| view! { <CreateForm channels=page.channels create=create/> })}
+                        {admin.then(|| view! { <CreateForm channels=page.channels create=create typed=typed/> })}
                     }.into_any(),
                     Err(e) => load_error(e),
                 }
@@ -114,21 +116,31 @@ fn HookTable(
 }
 
 #[component]
-fn CreateForm(channels: Vec<Choice>, create: ServerAction<CreateIncomingWebhook>) -> impl IntoView {
+fn CreateForm(
+    channels: Vec<Choice>,
+    create: ServerAction<CreateIncomingWebhook>,
+    /// What was typed when the form was refused without JavaScript.
+    typed: Option<Typed>,
+) -> impl IntoView {
     let pending = create.pending();
+    let error = refusal(create);
     let form = NodeRef::new();
     reset_on_success(create, form);
     if channels.is_empty() {
         return view! { <p class="muted">"Create a channel in a space first (Spaces & keys) to add an incoming webhook."</p> }.into_any();
     }
     let options: Vec<(String, String)> = channels.into_iter().map(|c| (c.value, c.label)).collect();
+    let open = typed.is_some();
+    let channel = Typed::or(&typed, "channel", String::new());
+    let name = Typed::or(&typed, "name", String::new());
     view! {
-        <details class="card create">
+        <details class="card create" open=open>
             <summary>"New incoming webhook"</summary>
             <ActionForm action=create node_ref=form>
                 <div class="form-grid">
-                    <label>"Channel" <select name="channel" required>{select_options(options, "")}</select></label>
-                    <label class="wide">"Name" <input type="text" name="name" required maxlength="100"/></label>
+                    <label>"Channel" <select name="channel" required>{select_options(options, &channel)}</select></label>
+                    <label class="wide">"Name" <input type="text" name="name" value=name required maxlength="100"/></label>
+                    <FieldError error label="Name"/>
                 </div>
                 <button type="submit" disabled=move || pending.get()>
                     {move || if pending.get() { "Creating…" } else { "Create incoming webhook" }}

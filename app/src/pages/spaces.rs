@@ -10,8 +10,8 @@ use crate::api::{
     RevokeBot, SetSpaceRetention,
 };
 use crate::components::{
-    console, fmt_time, is_admin, load_error, reset_on_success, select_options, use_mutation,
-    Confirm,
+    console, fmt_time, is_admin, load_error, refusal, reset_on_success, select_options,
+    use_mutation, use_typed, Confirm, FieldError, Typed,
 };
 use crate::types::SpaceDetail;
 
@@ -21,8 +21,10 @@ pub fn SpacesPage() -> impl IntoView {
     let data = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
     let create = use_mutation::<CreateSpace>();
     let pending = create.pending();
+    let error = refusal(create);
     let form = NodeRef::new();
     reset_on_success(create, form);
+    let typed = use_typed::<CreateSpace>();
 
     view! {
         <Title text="Spaces · PartyFlow Hooks"/>
@@ -33,6 +35,9 @@ pub fn SpacesPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let admin = is_admin(&Some(ctx.me.await));
+                let typed = typed.await;
+                let name = Typed::or(&typed, "name", String::new());
+                let plan = Typed::or(&typed, "plan", "free".into());
                 match data.await {
                     Ok(spaces) => view! {
                         {if spaces.is_empty() {
@@ -59,8 +64,9 @@ pub fn SpacesPage() -> impl IntoView {
                             <h2>"New space"</h2>
                             <ActionForm action=create node_ref=form>
                                 <div class="form-grid">
-                                    <label class="wide">"Name" <input type="text" name="name" required maxlength="200"/></label>
-                                    <label>"Plan" <select name="plan">{select_options(plans(), "free")}</select></label>
+                                    <label class="wide">"Name" <input type="text" name="name" value=name required maxlength="200"/></label>
+                                    <FieldError error label="Name"/>
+                                    <label>"Plan" <select name="plan">{select_options(plans(), &plan)}</select></label>
                                 </div>
                                 <button type="submit" disabled=move || pending.get()>"Create space"</button>
                             </ActionForm>
@@ -95,14 +101,26 @@ pub fn SpacePage() -> impl IntoView {
     reset_on_success(actions.channel, actions.forms[0]);
     reset_on_success(actions.bot, actions.forms[1]);
     reset_on_success(actions.key, actions.forms[2]);
+    let typed = (
+        use_typed::<CreateChannel>(),
+        use_typed::<CreateBot>(),
+        use_typed::<CreateApiKey>(),
+        use_typed::<SetSpaceRetention>(),
+    );
 
     view! {
         <Title text="Space · PartyFlow Hooks"/>
         <p class="crumbs"><a href="/spaces">"← Spaces"</a></p>
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
+                let typed = TypedForms {
+                    channel: typed.0.await,
+                    bot: typed.1.await,
+                    key: typed.2.await,
+                    retention: typed.3.await,
+                };
                 match data.await {
-                    Ok(d) => space_view(d, actions).into_any(),
+                    Ok(d) => space_view(d, actions, typed).into_any(),
                     Err(e) => load_error(e),
                 }
             })}
@@ -121,8 +139,26 @@ struct Actions {
     retention: ServerAction<SetSpaceRetention>,
 }
 
-fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
+/// What was typed into the space page's forms when one was refused without JavaScript.
+struct TypedForms {
+    channel: Option<Typed>,
+    bot: Option<Typed>,
+    key: Option<Typed>,
+    retention: Option<Typed>,
+}
+
+fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
     let space = d.space.id.clone();
+    let channel = Typed::or(&typed.channel, "name", String::new());
+    let bot = Typed::or(&typed.bot, "name", String::new());
+    let key = Typed::or(&typed.key, "name", String::new());
+    let retention = Typed::or(&typed.retention, "retention", d.retention.clone());
+    let errors = (
+        refusal(a.channel),
+        refusal(a.bot),
+        refusal(a.key),
+        refusal(a.retention),
+    );
     let s1 = space.clone();
     let s2 = space.clone();
     let s3 = space.clone();
@@ -146,7 +182,8 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
                 </ul>
                 <ActionForm action=a.channel node_ref=a.forms[0]>
                     <input type="hidden" name="space" value=s1/>
-                    <label>"New channel" <input type="text" name="name" required maxlength="80"/></label>
+                    <label>"New channel" <input type="text" name="name" value=channel required maxlength="80"/></label>
+                    <FieldError error=errors.0 label="Name"/>
                     <button type="submit" class="secondary">"Add channel"</button>
                 </ActionForm>
             </section>
@@ -179,7 +216,8 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
                 </ul>
                 <ActionForm action=a.bot node_ref=a.forms[1]>
                     <input type="hidden" name="space" value=s3/>
-                    <label>"New bot" <input type="text" name="name" required maxlength="100"/></label>
+                    <label>"New bot" <input type="text" name="name" value=bot required maxlength="100"/></label>
+                    <FieldError error=errors.1 label="Name"/>
                     <button type="submit" class="secondary">"Create bot"</button>
                 </ActionForm>
             </section>
@@ -216,7 +254,8 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
                 </ul>
                 <ActionForm action=a.key node_ref=a.forms[2]>
                     <input type="hidden" name="space" value=s5/>
-                    <label>"New API key name" <input type="text" name="name" required maxlength="100"/></label>
+                    <label>"New API key name" <input type="text" name="name" value=key required maxlength="100"/></label>
+                    <FieldError error=errors.2 label="Name"/>
                     <button type="submit" class="secondary">"Create API key"</button>
                 </ActionForm>
             </section>
@@ -228,8 +267,9 @@ fn space_view(d: SpaceDetail, a: Actions) -> impl IntoView {
                 </p>
                 <ActionForm action=a.retention>
                     <input type="hidden" name="space" value=s6/>
-                    <label>"Keep for" <input type="text" name="retention" value=d.retention.clone()
+                    <label>"Keep for" <input type="text" name="retention" value=retention
                         placeholder="the plan's, e.g. 30d, 12h" maxlength="40"/></label>
+                    <FieldError error=errors.3 label="Retention"/>
                     <button type="submit" class="secondary">"Save retention"</button>
                 </ActionForm>
             </section>

@@ -8,7 +8,8 @@ use leptos_meta::Title;
 
 use crate::api::{list_users, CreateUser, DeleteUser, SetUserStatus};
 use crate::components::{
-    console, fmt_time, load_error, reset_on_success, select_options, use_mutation, Confirm,
+    console, fmt_time, load_error, refusal, reset_on_success, select_options, use_mutation,
+    use_typed, Confirm, FieldError, Typed,
 };
 use crate::types::UserView;
 
@@ -20,8 +21,12 @@ pub fn UsersPage() -> impl IntoView {
     let set_status = use_mutation::<SetUserStatus>();
     let delete = use_mutation::<DeleteUser>();
     let pending = create.pending();
+    let error = refusal(create);
     let form = NodeRef::new();
     reset_on_success(create, form);
+    // A refused new user comes back with the email and role typed (never the password:
+    // `guard::keep_typed` drops it).
+    let typed = use_typed::<CreateUser>();
 
     view! {
         <Title text="Users · PartyFlow Hooks"/>
@@ -29,6 +34,9 @@ pub fn UsersPage() -> impl IntoView {
         <Transition fallback=|| view! { <p class="muted">"Loading…"</p> }>
             {move || Suspend::new(async move {
                 let me = ctx.me.await.map(|u| u.id).unwrap_or_default();
+                let typed = typed.await;
+                let email = Typed::or(&typed, "email", String::new());
+                let role = Typed::or(&typed, "role", "support".into());
                 match data.await {
                     Ok(users) => view! {
                         <div class="table-wrap"><table class="grid" data-testid="users">
@@ -47,9 +55,11 @@ pub fn UsersPage() -> impl IntoView {
                             <h2>"New user"</h2>
                             <ActionForm action=create node_ref=form>
                                 <div class="form-grid">
-                                    <label>"Email" <input type="email" name="email" required autocomplete="off"/></label>
+                                    <label>"Email" <input type="email" name="email" value=email required autocomplete="off"/></label>
+                                    <FieldError error label="Email"/>
                                     <label>"Password (at least 10 characters)" <input type="password" name="password" required minlength="10" autocomplete="new-password"/></label>
-                                    <label>"Role (support: read, send again, cancel; admin: everything)" <select name="role">{select_options(roles(), "support")}</select></label>
+                                    <FieldError error label="Password"/>
+                                    <label>"Role (support: read, send again, cancel; admin: everything)" <select name="role">{select_options(roles(), &role)}</select></label>
                                 </div>
                                 <button type="submit" disabled=move || pending.get()>"Create user"</button>
                             </ActionForm>

@@ -227,14 +227,16 @@ async fn an_admin_creates_spaces_keys_hooks_destinations_and_users() {
         .click()
         .await
         .unwrap();
-    c.find(Locator::XPath(
-        "//button[normalize-space()='Rotate secret']",
-    ))
-    .await
-    .unwrap()
-    .click()
-    .await
-    .unwrap();
+    // The link navigates inside the app (hydrated): wait for the destination's page.
+    c.wait()
+        .for_element(Locator::XPath(
+            "//button[normalize-space()='Rotate secret']",
+        ))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     wait_text(&c, "[data-testid=notice]", "Rotated the signing secret").await;
     let rotated = find(&c, "[data-testid=secret]").await.text().await.unwrap();
     assert_ne!(rotated, secret);

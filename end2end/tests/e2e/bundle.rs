@@ -82,12 +82,16 @@ async fn the_bundle_is_small_on_the_first_visit_and_cached_on_the_second() {
             .all(|(_, _, encoded, decoded)| encoded < decoded),
         "every file of the bundle comes compressed: {first:?}"
     );
-    // The target is a figure to print, not a timed assertion (targets go in
-    // benchmarks that print figures); the closing note quotes it.
+    // Bytes, not time: the same on a loaded machine, so the target is asserted
+    // (docs D18: every build with `--cfg erase_components`).
     println!(
         "first load: {over_the_wire} bytes of wasm + JS + CSS over the wire, {:.2}× the target of {FIRST_LOAD_BUDGET} ({})",
         over_the_wire as f64 / FIRST_LOAD_BUDGET as f64,
         if over_the_wire <= FIRST_LOAD_BUDGET { "met" } else { "missed" }
+    );
+    assert!(
+        over_the_wire <= FIRST_LOAD_BUDGET,
+        "the first load's wasm + JS + CSS: {over_the_wire} bytes over the wire, above {FIRST_LOAD_BUDGET}: {first:?}"
     );
     let hydrated = time_to_hydrated(&c).await;
     println!("first visit: {over_the_wire} bytes of wasm + JS + CSS over the wire; hydrated after {hydrated:.0} ms");

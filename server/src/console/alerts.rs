@@ -173,7 +173,7 @@ impl AlertPort for Backend {
         address: &str,
     ) -> Result<Notice, ConsoleError> {
         require_role(actor, Role::Admin)?;
-        let address = check_address(address).map_err(|m| invalid(format!("{m}.")))?;
+        let address = check_address(address).map_err(|m| invalid(format!("Address: {m}.")))?;
         let space = self.optional_space(space).await?;
         let email = AlertEmail {
             id: AlertEmailId::new(),
@@ -193,7 +193,7 @@ impl AlertPort for Backend {
             .await
             .map_err(|e| match e {
                 crate::storage::StorageError::Conflict(_) => {
-                    invalid(format!("{address} already gets these alerts."))
+                    invalid(format!("Address: {address} already gets these alerts."))
                 }
                 other => internal(other),
             })?;

@@ -158,14 +158,41 @@ fn storage_error(err: StorageError, what: &str) -> ConsoleError {
 
 /// The operations layer's refusals in the console's words: its messages are written
 /// for people (shown as a sentence); failures of ours are logged and answered generically.
+/// A refusal about one field names it first ("Name: a channel name needs …."), so the
+/// form shows it beside that field (`app::components::FieldError`), with JavaScript or without.
 fn refused(err: OpsError) -> ConsoleError {
     match err {
-        OpsError::Invalid { message, .. }
-        | OpsError::Conflict { message, .. }
-        | OpsError::Violations { message, .. } => ConsoleError::Invalid(sentence(&message)),
+        OpsError::Invalid { code, message } | OpsError::Conflict { code, message } => {
+            ConsoleError::Invalid(worded(code, &message))
+        }
+        OpsError::Violations { message, .. } => ConsoleError::Invalid(sentence(&message)),
         OpsError::NotFound { what, id } => ConsoleError::NotFound(format!("{what} {id:?}")),
         OpsError::Storage(e) => internal(e),
         OpsError::Internal(e) => internal(format!("{e:#}")),
+    }
+}
+
+/// The field (as the console's forms label their refusals) an operations-layer code is
+/// about, when it is about one field.
+fn field_of(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "invalid_name" => "Name",
+        "invalid_email" | "email_taken" => "Email",
+        "invalid_password" => "Password",
+        "invalid_event_type" => "Event type",
+        "invalid_schema" => "Schema",
+        "invalid_example" => "Example",
+        "invalid_description" => "Description",
+        _ => return None,
+    })
+}
+
+/// A refusal in the console's words: "Name: a channel name needs …." for a field's
+/// code ([`field_of`]), otherwise the message as a sentence.
+fn worded(code: &str, message: &str) -> String {
+    match field_of(code) {
+        Some(field) => format!("{field}: {message}."),
+        None => sentence(message),
     }
 }
 
@@ -389,5 +416,29 @@ mod tests {
         assert!(require_role(&user("admin"), Role::Support).is_ok());
         // An unknown role never becomes a signed-in user: it does not cross the wire.
         assert!(serde_json::from_value::<app::types::Role>(serde_json::json!("root")).is_err());
+    }
+
+    #[test]
+    fn a_refusal_about_one_field_names_it_first() {
+        assert_eq!(
+            worded("invalid_name", "a channel name needs 1 to 80 characters"),
+            "Name: a channel name needs 1 to 80 characters."
+        );
+        assert_eq!(
+            worded("invalid_schema", "the schema is not a valid JSON Schema"),
+            "Schema: the schema is not a valid JSON Schema."
+        );
+        assert_eq!(
+            worded("invalid_window", "from is after to"),
+            "From is after to."
+        );
+        // A retention's message names its field already ("retention: …").
+        assert_eq!(
+            worded(
+                crate::ops::retention::INVALID_RETENTION,
+                "retention: \"soon\" is not a duration"
+            ),
+            "Retention: \"soon\" is not a duration."
+        );
     }
 }

@@ -132,10 +132,36 @@ pub async fn remove(store: &dyn Storage) -> Result<Option<SpaceId>, OpsError> {
     let Some(space_id) = store.demo_space().await? else {
         return Ok(None);
     };
-    match store.delete_space(space_id).await {
-        Ok(()) | Err(StorageError::NotFound) => Ok(Some(space_id)),
-        Err(e) => Err(e.into()),
+    // The delete cascades through rows the engine may be writing at that moment (the
+    // demo's traffic still flows): on PostgreSQL the two can deadlock, and the database
+    // aborts one of them; the delete is tried again, a few times.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match store.delete_space(space_id).await {
+            Ok(()) | Err(StorageError::NotFound) => return Ok(Some(space_id)),
+            Err(e) if is_deadlock(&e) && tries < 5 => {
+                tracing::info!("demo: removing the demo space met a deadlock; trying again");
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+}
+
+/// Whether the database aborted the statement to break a deadlock (PostgreSQL's
+/// SQLSTATE 40P01).
+fn is_deadlock(e: &StorageError) -> bool {
+    matches!(e, StorageError::Other(sqlx::Error::Database(db)) if db.code().as_deref() == Some("40P01"))
+}
+
+/// When the round after one sent at `now` is due, rounds `traffic_ms` apart: a
+/// twentieth early, so the sending instance's own next tick (a timer on the monotonic
+/// clock, read against the wall clock in whole milliseconds) is never refused by a
+/// millisecond and the round skipped. Every instance ticks; the one whose
+/// `claim_demo_round` moves the space to this time sends the round (docs D17).
+pub fn next_round_at(now: UnixMs, traffic_ms: u64) -> UnixMs {
+    let traffic = i64::try_from(traffic_ms).unwrap_or(i64::MAX);
+    now.saturating_add(traffic - traffic / 20)
 }
 
 #[cfg(test)]
@@ -158,5 +184,16 @@ mod tests {
             );
             assert!(d.name.is_some());
         }
+    }
+
+    #[test]
+    fn the_next_round_is_one_interval_later_a_twentieth_early() {
+        assert_eq!(next_round_at(10_000, 2_000), 11_900);
+        assert_eq!(next_round_at(10_000, 150), 10_143);
+        // An instance ticking on time gets the next round; one ticking within the same
+        // interval, earlier than that, does not.
+        let next = next_round_at(0, 2_000);
+        assert!(next <= 2_000 && next > 1_000);
+        assert_eq!(next_round_at(i64::MAX - 1, 2_000), i64::MAX);
     }
 }

@@ -60,6 +60,10 @@ pub trait TenantStore: Send + Sync + std::fmt::Debug {
     /// Deletes a space and everything in it (its rows go with it, by the schema's
     /// `ON DELETE CASCADE`; its audit entries too). Only `partyflow demo --remove` does.
     async fn delete_space(&self, id: SpaceId) -> Result<()>;
+    /// Claims the demo space's round due at `now`: moves its next round to `next` when
+    /// it was due (none sent yet, or due at or before `now`). True for the one instance
+    /// whose update took; it alone sends the round (docs D17).
+    async fn claim_demo_round(&self, id: SpaceId, now: UnixMs, next: UnixMs) -> Result<bool>;
 }
 
 #[async_trait]
@@ -244,6 +248,17 @@ where
         .bind(now)
         .bind(id.to_string())
         .bind(now - interval_ms);
+        Ok(self.execute(Durability::Full, query).await?.rows_affected() == 1)
+    }
+
+    async fn claim_demo_round(&self, id: SpaceId, now: UnixMs, next: UnixMs) -> Result<bool> {
+        let query = sqlx::query(
+            "UPDATE spaces SET demo_next_round_at = $1 \
+             WHERE id = $2 AND (demo_next_round_at IS NULL OR demo_next_round_at <= $3)",
+        )
+        .bind(next)
+        .bind(id.to_string())
+        .bind(now);
         Ok(self.execute(Durability::Full, query).await?.rows_affected() == 1)
     }
 }

@@ -130,3 +130,62 @@ on_both_backends! {
         app.stop().await;
     }
 }
+
+/// The sample events' times in `space` with how many events have each (a round's four
+/// events share one time), oldest first.
+async fn round_times(db_url: &str, space: &str) -> Vec<(i64, i64)> {
+    let sql = "SELECT created_at, COUNT(*) FROM events WHERE space_id = $1 \
+               GROUP BY created_at ORDER BY created_at";
+    if db_url.starts_with("sqlite") {
+        let pool = sqlx::SqlitePool::connect(db_url).await.unwrap();
+        sqlx::query_as(sql)
+            .bind(space)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    } else {
+        let pool = sqlx::PgPool::connect(db_url).await.unwrap();
+        sqlx::query_as(sql)
+            .bind(space)
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+    }
+}
+
+on_both_backends! {
+    async fn two_instances_on_one_database_send_one_round_per_interval_not_two(db) {
+        // Two servers on one database, each with its own pool, engine and traffic task.
+        let traffic_ms: u64 = 300;
+        let mut config = test_config(&db.url);
+        config.demo.traffic_ms = traffic_ms;
+        config.demo.slow_ms = 20;
+        let second = server::testkit::TestDb {
+            url: db.url.clone(),
+            storage: server::storage::testing::connect(&db.url).await.unwrap(),
+            _dir: None,
+        };
+        let one = spawn_app_with_config(&db, config.clone()).await;
+        let two = spawn_app_with_config(&second, config).await;
+        let base = server::demo::receiver_base(one.addr);
+        let Created::New { space_id, .. } = demo::create(db.storage.as_ref(), &base, server::clock::now_ms(), 60_000).await.unwrap() else {
+            panic!("a new demo space");
+        };
+        let space = space_id.to_string();
+        let rounds = eventually(60, || async {
+            let rounds = round_times(&db.url, &space).await;
+            (rounds.len() >= 8).then_some(rounds)
+        })
+        .await;
+        // Each round is four events; rounds at least an interval apart (less the
+        // twentieth of `next_round_at`): never one from each instance at once.
+        let min_gap = server::ops::demo::next_round_at(0, traffic_ms);
+        for pair in rounds.windows(2) {
+            let gap = pair[1].0 - pair[0].0;
+            assert!(gap >= min_gap, "rounds {gap} ms apart: {rounds:?}");
+        }
+        assert!(rounds.iter().all(|&(_, events)| events == 4), "one round at a time: {rounds:?}");
+        one.stop().await;
+        two.stop().await;
+    }
+}
