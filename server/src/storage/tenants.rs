@@ -60,6 +60,18 @@ pub trait TenantStore: Send + Sync + std::fmt::Debug {
     /// Deletes a space and everything in it (its rows go with it, by the schema's
     /// `ON DELETE CASCADE`; its audit entries too). Only `partyflow demo --remove` does.
     async fn delete_space(&self, id: SpaceId) -> Result<()>;
+    /// A page of every space, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name is `LIKE` it (`Store::search_page`).
+    async fn search_spaces(&self, pattern: Option<&str>, page: Page<SpaceId>)
+        -> Result<Vec<Space>>;
+    /// A page of the API keys of `space_id`, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name or prefix is `LIKE` it (`Store::search_page`).
+    async fn search_api_keys(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<ApiKeyId>,
+    ) -> Result<Vec<ApiKey>>;
 }
 
 #[async_trait]
@@ -245,6 +257,34 @@ where
         .bind(id.to_string())
         .bind(now - interval_ms);
         Ok(self.execute(Durability::Full, query).await?.rows_affected() == 1)
+    }
+
+    async fn search_spaces(
+        &self,
+        pattern: Option<&str>,
+        page: Page<SpaceId>,
+    ) -> Result<Vec<Space>> {
+        let rows: Vec<SpaceRow> = self
+            .search_page((SPACE, "spaces"), None, (&["name"], pattern), page)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn search_api_keys(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<ApiKeyId>,
+    ) -> Result<Vec<ApiKey>> {
+        let rows: Vec<ApiKeyRow> = self
+            .search_page(
+                (API_KEY, "api_keys"),
+                Some(("space_id", space_id.to_string())),
+                (&["name", "prefix"], pattern),
+                page,
+            )
+            .await?;
+        convert_all(rows)
     }
 }
 
