@@ -66,11 +66,11 @@ impl Backend {
     }
 }
 
+/// A list's read: the `LIKE` pattern of its search (none for every row) and its page.
+type Asked<I> = (Option<String>, Page<I>);
+
 /// A list's search and cursor as asked for: `None` when the search is refused (too short).
-fn ask<I: std::str::FromStr>(
-    q: &str,
-    before: &str,
-) -> Result<Option<(Option<String>, Page<I>)>, ConsoleError> {
+fn ask<I: std::str::FromStr>(q: &str, before: &str) -> Result<Option<Asked<I>>, ConsoleError> {
     let before = match before.trim() {
         "" => None,
         b => Some(parse_id::<I>(b, "page cursor")?),
