@@ -663,3 +663,40 @@ pub async fn destination_choices(
         .destination_choices(&user, &space, &typed)
         .await
 }
+
+/// A page of the spaces, searched by name.
+#[server(endpoint = "space_page_list")]
+pub async fn list_space_page(query: ListQuery) -> Result<ListPage<SpaceView>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.space_list(&user, &query).await
+}
+
+/// A page of the console users, searched by email.
+#[server(endpoint = "user_page")]
+pub async fn list_user_page(query: ListQuery) -> Result<ListPage<UserView>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.user_list(&user, &query).await
+}
+
+/// A page of the incoming webhooks, searched by name.
+#[server(endpoint = "incoming_page")]
+pub async fn list_incoming_page(query: ListQuery) -> Result<IncomingList, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.incoming_list(&user, &query).await
+}
+
+/// A page of the event types, searched by name or description.
+#[server(endpoint = "event_type_page")]
+pub async fn list_event_type_page(
+    query: ListQuery,
+) -> Result<ListPage<CatalogEntry>, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.event_type_list(&user, &query).await
+}
+
+/// A space with a page of each of its channels, bots and API keys.
+#[server(endpoint = "space_lists")]
+pub async fn get_space_page(id: String, query: SpaceListQuery) -> Result<SpacePage, ConsoleError> {
+    let user = crate::guard::signed_in().await?;
+    crate::port::backend()?.space_page(&user, &id, &query).await
+}

@@ -239,6 +239,27 @@ pub trait ListPort: Send + Sync {
         space: &str,
         typed: &str,
     ) -> R<Vec<Choice>>;
+    /// A page of the spaces (50), newest first, searched by name.
+    async fn space_list(&self, actor: &SessionUser, query: &ListQuery) -> R<ListPage<SpaceView>>;
+    /// A page of the console users (admins only), newest first, searched by email.
+    async fn user_list(&self, actor: &SessionUser, query: &ListQuery) -> R<ListPage<UserView>>;
+    /// A page of the incoming webhooks of a space or all, newest first, searched by name.
+    async fn incoming_list(&self, actor: &SessionUser, query: &ListQuery) -> R<IncomingList>;
+    /// A page of the event types of a space or all, newest first, searched by name or
+    /// description.
+    async fn event_type_list(
+        &self,
+        actor: &SessionUser,
+        query: &ListQuery,
+    ) -> R<ListPage<CatalogEntry>>;
+    /// A space (admins only) with a page of each of its channels, bots and API keys,
+    /// searched by name (and an API key's prefix).
+    async fn space_page(
+        &self,
+        actor: &SessionUser,
+        id: &str,
+        query: &SpaceListQuery,
+    ) -> R<SpacePage>;
 }
 
 /// Every area of the console at once: what the server provides in the Leptos context.

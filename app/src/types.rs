@@ -853,12 +853,58 @@ impl ListQuery {
     }
 }
 
-/// A page of the destinations list.
+/// A page of one of the console's long lists (destinations, spaces, users, incoming
+/// webhooks, event types; a space's channels, bots and API keys): 50 rows, newest first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DestinationList {
-    pub rows: Vec<DestinationView>,
+pub struct ListPage<T> {
+    pub rows: Vec<T>,
     /// Pass as `before` for the next (older) page.
     pub next_cursor: Option<String>,
     /// A refused search, said in words (the list is then empty).
     pub filter_error: Option<String>,
+}
+
+impl<T> Default for ListPage<T> {
+    fn default() -> Self {
+        Self {
+            rows: Vec::new(),
+            next_cursor: None,
+            filter_error: None,
+        }
+    }
+}
+
+/// A page of the destinations list.
+pub type DestinationList = ListPage<DestinationView>;
+
+/// A page of the incoming webhooks, with the channels a new one may write to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncomingList {
+    pub hooks: ListPage<IncomingWebhookView>,
+    /// Channels a new webhook may write to, labelled "space / #channel" (at most 50 a
+    /// space, newest first).
+    pub channels: Vec<Choice>,
+}
+
+/// Which page of a space's channels, bots and API keys: one search for the three, a
+/// cursor each (`?q=&channels_before=&bots_before=&keys_before=`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpaceListQuery {
+    #[serde(default)]
+    pub q: String,
+    #[serde(default)]
+    pub channels_before: String,
+    #[serde(default)]
+    pub bots_before: String,
+    #[serde(default)]
+    pub keys_before: String,
+}
+
+/// A space with a page of each of its channels, bots and API keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpacePage {
+    pub detail: SpaceDetail,
+    pub channels: ListPage<ChannelView>,
+    pub bots: ListPage<BotView>,
+    pub api_keys: ListPage<ApiKeyView>,
 }

@@ -8,8 +8,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use super::SpaceFilter;
-use crate::api::{list_event_types, list_spaces, SaveEventType};
+use crate::api::{list_event_type_page, list_event_types, list_spaces, SaveEventType};
 use crate::components::{
     console, fmt_time, is_admin, load_error, refusal, reset_on_success, select_options,
     use_mutation, use_typed, FieldError, Typed,
@@ -23,10 +22,12 @@ pub const CATALOG_DATALIST: &str = "catalog-event-types";
 pub fn EventTypesPage() -> impl IntoView {
     let ctx = console();
     let query = use_query_map();
-    let space = Memo::new(move |_| query.read().get("space").unwrap_or_default());
+    // A page at a time, newest first, with a search by name or description (issue 16 item 6).
+    let list = Memo::new(move |_| super::search::list_query(&query.read()));
+    let space = Memo::new(move |_| list.read().space.clone());
     let data = Resource::new(
-        move || (space.get(), ctx.refresh.get()),
-        |(s, _)| list_event_types(s),
+        move || (list.get(), ctx.refresh.get()),
+        |(q, _)| list_event_type_page(q),
     );
     let spaces = Resource::new(|| (), |_| list_spaces());
     let save = use_mutation::<SaveEventType>();
@@ -47,9 +48,12 @@ pub fn EventTypesPage() -> impl IntoView {
                 let typed = typed.await;
                 let typed_new = typed.clone().filter(|t| t.get("existing").is_none());
                 match data.await {
-                    Ok(list) => view! {
-                        <SpaceFilter action="/event-types" spaces=spaces.clone() current=space.get_untracked()/>
-                        <CatalogTable list=list admin=admin save=save typed=typed/>
+                    Ok(page) => view! {
+                        <super::search::ListSearch action="/event-types" spaces=spaces.clone() query=list.get_untracked()
+                            placeholder="Part of a name or description"/>
+                        {page.filter_error.map(|e| view! { <p class="notice error" role="alert">{e}</p> })}
+                        <CatalogTable list=page.rows admin=admin save=save typed=typed/>
+                        <super::search::Pager action="/event-types" query=list.get_untracked() next_cursor=page.next_cursor/>
                         {admin.then(|| view! { <CreateForm spaces=spaces current=space.get_untracked() save=save typed=typed_new/> })}
                     }.into_any(),
                     Err(e) => load_error(e),

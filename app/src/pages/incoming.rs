@@ -6,8 +6,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use super::SpaceFilter;
-use crate::api::{list_incoming_webhooks, list_spaces, CreateIncomingWebhook, SetIncomingStatus};
+use crate::api::{list_incoming_page, list_spaces, CreateIncomingWebhook, SetIncomingStatus};
 use crate::components::{
     console, fmt_time, is_admin, load_error, refusal, reset_on_success, select_options,
     use_mutation, use_typed, FieldError, StatusBadge, Typed,
@@ -18,10 +17,11 @@ use crate::types::{Choice, IncomingWebhookView};
 pub fn IncomingPage() -> impl IntoView {
     let ctx = console();
     let query = use_query_map();
-    let space = Memo::new(move |_| query.read().get("space").unwrap_or_default());
+    // A page at a time, with a search by name (issue 16 item 6).
+    let list = Memo::new(move |_| super::search::list_query(&query.read()));
     let data = Resource::new(
-        move || (space.get(), ctx.refresh.get()),
-        |(s, _)| list_incoming_webhooks(s),
+        move || (list.get(), ctx.refresh.get()),
+        |(q, _)| list_incoming_page(q),
     );
     let spaces = Resource::new(|| (), |_| list_spaces());
     let set_status = use_mutation::<SetIncomingStatus>();
@@ -38,8 +38,11 @@ pub fn IncomingPage() -> impl IntoView {
                 let typed = typed.await;
                 match data.await {
                     Ok(page) => view! {
-                        <SpaceFilter action="/incoming-webhooks" spaces=spaces current=space.get_untracked()/>
-                        <HookTable hooks=page.hooks admin=admin set_status=set_status/>
+                        <super::search::ListSearch action="/incoming-webhooks" spaces=spaces query=list.get_untracked()
+                            placeholder="Part of a name"/>
+                        {page.hooks.filter_error.map(|e| view! { <p class="notice error" role="alert">{e}</p> })}
+                        <HookTable hooks=page.hooks.rows admin=admin set_status=set_status/>
+                        <super::search::Pager action="/incoming-webhooks" query=list.get_untracked() next_cursor=page.hooks.next_cursor/>
                         {admin.then(|| view! { <CreateForm channels=page.channels create=create typed=typed/> })}
                     }.into_any(),
                     Err(e) => load_error(e),

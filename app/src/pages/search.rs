@@ -104,25 +104,33 @@ fn results_view(r: SearchResults) -> AnyView {
     .into_any()
 }
 
-/// The filter above a long list: its space and a search field (a plain GET form, so it
-/// works without JavaScript; the page reads both from its URL).
+/// The filter above a long list: its space (when the list has `spaces`) and a search
+/// field (a plain GET form, so it works without JavaScript; the page reads both from its
+/// URL).
 #[component]
 pub fn ListSearch(
     action: &'static str,
-    spaces: Vec<crate::types::SpaceView>,
+    /// The spaces to choose from; none for a list that is not of a space (spaces, users).
+    #[prop(optional)]
+    spaces: Option<Vec<crate::types::SpaceView>>,
     query: crate::types::ListQuery,
     /// What the search field searches, for its label's hint.
     placeholder: &'static str,
 ) -> impl IntoView {
-    let mut options = vec![(String::new(), "All spaces".to_owned())];
-    options.extend(spaces.into_iter().map(|s| (s.id, s.name)));
+    let select = spaces.map(|spaces| {
+        let mut options = vec![(String::new(), "All spaces".to_owned())];
+        options.extend(spaces.into_iter().map(|s| (s.id, s.name)));
+        view! {
+            <label>
+                "Space"
+                <select name="space">{crate::components::select_options(options, &query.space)}</select>
+            </label>
+        }
+    });
     view! {
         <Form action=action>
             <div class="filters inline">
-                <label>
-                    "Space"
-                    <select name="space">{crate::components::select_options(options, &query.space)}</select>
-                </label>
+                {select}
                 <label>
                     "Search"
                     <input type="search" name="q" value=query.q.clone() placeholder=placeholder data-testid="list-search"/>

@@ -3,22 +3,28 @@
 
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::api::{
-    get_space, list_spaces, CreateApiKey, CreateBot, CreateChannel, CreateSpace, RevokeApiKey,
-    RevokeBot, SetSpaceRetention,
+    get_space_page, list_space_page, CreateApiKey, CreateBot, CreateChannel, CreateSpace,
+    RevokeApiKey, RevokeBot, SetSpaceRetention,
 };
 use crate::components::{
     console, fmt_time, is_admin, load_error, refusal, reset_on_success, select_options,
     use_mutation, use_typed, Confirm, FieldError, Typed,
 };
-use crate::types::SpaceDetail;
+use crate::types::{ListPage, SpacePage};
 
 #[component]
 pub fn SpacesPage() -> impl IntoView {
     let ctx = console();
-    let data = Resource::new(move || ctx.refresh.get(), |_| list_spaces());
+    // A page at a time, with a search by name (issue 16 item 6).
+    let query = use_query_map();
+    let list = Memo::new(move |_| super::search::list_query(&query.read()));
+    let data = Resource::new(
+        move || (list.get(), ctx.refresh.get()),
+        |(q, _)| list_space_page(q),
+    );
     let create = use_mutation::<CreateSpace>();
     let pending = create.pending();
     let error = refusal(create);
@@ -39,15 +45,18 @@ pub fn SpacesPage() -> impl IntoView {
                 let name = Typed::or(&typed, "name", String::new());
                 let plan = Typed::or(&typed, "plan", "free".into());
                 match data.await {
-                    Ok(spaces) => view! {
-                        {if spaces.is_empty() {
+                    Ok(page) => view! {
+                        <super::search::ListSearch action="/spaces" query=list.get_untracked()
+                            placeholder="Part of a name"/>
+                        {page.filter_error.clone().map(|e| view! { <p class="notice error" role="alert">{e}</p> })}
+                        {if page.rows.is_empty() {
                             view! { <p class="empty">"No spaces yet."</p> }.into_any()
                         } else {
                             view! {
                                 <div class="table-wrap"><table class="grid" data-testid="spaces">
                                     <thead><tr><th scope="col">"Name"</th><th scope="col">"Plan"</th><th scope="col">"ID"</th><th scope="col">"Created (UTC)"</th></tr></thead>
                                     <tbody>
-                                        {spaces.into_iter().map(|s| view! {
+                                        {page.rows.into_iter().map(|s| view! {
                                             <tr>
                                                 <td><a href=format!("/spaces/{}", s.id)>{s.name}</a></td>
                                                 <td>{s.plan}</td>
@@ -59,6 +68,7 @@ pub fn SpacesPage() -> impl IntoView {
                                 </table></div>
                             }.into_any()
                         }}
+                        <super::search::Pager action="/spaces" query=list.get_untracked() next_cursor=page.next_cursor/>
                         {admin.then(|| view! {
                         <section class="card create">
                             <h2>"New space"</h2>
@@ -85,9 +95,12 @@ pub fn SpacePage() -> impl IntoView {
     let ctx = console();
     let params = use_params_map();
     let id = Memo::new(move |_| params.read().get("id").unwrap_or_default());
+    // Its channels, bots and API keys a page each, with one search (issue 16 item 6).
+    let query = use_query_map();
+    let lists = Memo::new(move |_| space_list_query(&query.read()));
     let data = Resource::new(
-        move || (id.get(), ctx.refresh.get()),
-        |(id, _)| get_space(id),
+        move || (id.get(), lists.get(), ctx.refresh.get()),
+        |(id, q, _)| get_space_page(id, q),
     );
     let actions = Actions {
         channel: use_mutation::<CreateChannel>(),
@@ -120,7 +133,7 @@ pub fn SpacePage() -> impl IntoView {
                     retention: typed.3.await,
                 };
                 match data.await {
-                    Ok(d) => space_view(d, actions, typed).into_any(),
+                    Ok(d) => space_view(d, lists.get_untracked(), actions, typed).into_any(),
                     Err(e) => load_error(e),
                 }
             })}
@@ -147,7 +160,54 @@ struct TypedForms {
     retention: Option<Typed>,
 }
 
-fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
+/// The space page's lists from its URL (`q`, `channels_before`, `bots_before`, `keys_before`).
+fn space_list_query(m: &leptos_router::params::ParamsMap) -> crate::types::SpaceListQuery {
+    let get = |k: &str| m.get(k).unwrap_or_default().trim().to_owned();
+    crate::types::SpaceListQuery {
+        q: get("q"),
+        channels_before: get("channels_before"),
+        bots_before: get("bots_before"),
+        keys_before: get("keys_before"),
+    }
+}
+
+/// "Older →" under one of the space page's lists (and "← Newest" once paged), keeping
+/// the search; `cursor` is that list's parameter.
+fn older_link<T>(
+    space: &str,
+    q: &crate::types::SpaceListQuery,
+    cursor: &'static str,
+    current: &str,
+    page: &ListPage<T>,
+) -> impl IntoView {
+    let search: Vec<(&'static str, String)> = (!q.q.is_empty())
+        .then(|| ("q", q.q.clone()))
+        .into_iter()
+        .collect();
+    let base = format!("/spaces/{space}");
+    let older = page.next_cursor.clone().map(|c| {
+        let mut pairs = search.clone();
+        pairs.push((cursor, c));
+        format!("{base}{}", crate::components::query_string(&pairs))
+    });
+    let newest = (!current.is_empty())
+        .then(|| format!("{base}{}", crate::components::query_string(&search)));
+    view! {
+        {page.filter_error.clone().map(|e| view! { <p class="notice error" role="alert">{e}</p> })}
+        <nav class="pager" aria-label="Pages">
+            {newest.map(|href| view! { <a href=href>"← Newest"</a> })}
+            {older.map(|href| view! { <a href=href data-testid=format!("older-{cursor}")>"Older →"</a> })}
+        </nav>
+    }
+}
+
+fn space_view(
+    p: SpacePage,
+    q: crate::types::SpaceListQuery,
+    a: Actions,
+    typed: TypedForms,
+) -> impl IntoView {
+    let d = p.detail;
     let space = d.space.id.clone();
     let channel = Typed::or(&typed.channel, "name", String::new());
     let bot = Typed::or(&typed.bot, "name", String::new());
@@ -159,6 +219,16 @@ fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
         refusal(a.key),
         refusal(a.retention),
     );
+    let channels_pager = older_link(
+        &space,
+        &q,
+        "channels_before",
+        &q.channels_before,
+        &p.channels,
+    );
+    let bots_pager = older_link(&space, &q, "bots_before", &q.bots_before, &p.bots);
+    let keys_pager = older_link(&space, &q, "keys_before", &q.keys_before, &p.api_keys);
+    let search_action = format!("/spaces/{space}");
     let s1 = space.clone();
     let s2 = space.clone();
     let s3 = space.clone();
@@ -174,12 +244,20 @@ fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
                 <a href=format!("/deliveries?space={space}")>"Deliveries"</a>
             </p>
         </div>
+        <form method="get" action=search_action class="filters inline">
+            <label>
+                "Search channels, bots and API keys"
+                <input type="search" name="q" value=q.q.clone() placeholder="Part of a name or key prefix" data-testid="list-search"/>
+            </label>
+            <button type="submit" class="secondary">"Show"</button>
+        </form>
         <div class="columns">
             <section class="card">
                 <h2>"Channels"</h2>
                 <ul class="plain">
-                    {d.channels.into_iter().map(|c| view! { <li>"#" {c.name} " " <span class="small muted mono">{c.id}</span></li> }).collect_view()}
+                    {p.channels.rows.into_iter().map(|c| view! { <li>"#" {c.name} " " <span class="small muted mono">{c.id}</span></li> }).collect_view()}
                 </ul>
+                {channels_pager}
                 <ActionForm action=a.channel node_ref=a.forms[0]>
                     <input type="hidden" name="space" value=s1/>
                     <label>"New channel" <input type="text" name="name" value=channel required maxlength="80"/></label>
@@ -190,7 +268,7 @@ fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
             <section class="card">
                 <h2>"Bots"</h2>
                 <ul class="plain">
-                    {d.bots.into_iter().map(|b| {
+                    {p.bots.rows.into_iter().map(|b| {
                         let revoked = b.revoked_at.is_some();
                         let s = s2.clone();
                         view! {
@@ -214,6 +292,7 @@ fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
                         }
                     }).collect_view()}
                 </ul>
+                {bots_pager}
                 <ActionForm action=a.bot node_ref=a.forms[1]>
                     <input type="hidden" name="space" value=s3/>
                     <label>"New bot" <input type="text" name="name" value=bot required maxlength="100"/></label>
@@ -224,7 +303,7 @@ fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
             <section class="card">
                 <h2>"API keys"</h2>
                 <ul class="plain">
-                    {d.api_keys.into_iter().map(|k| {
+                    {p.api_keys.rows.into_iter().map(|k| {
                         let revoked = k.revoked_at.is_some();
                         let s = s4.clone();
                         view! {
@@ -252,6 +331,7 @@ fn space_view(d: SpaceDetail, a: Actions, typed: TypedForms) -> impl IntoView {
                         }
                     }).collect_view()}
                 </ul>
+                {keys_pager}
                 <ActionForm action=a.key node_ref=a.forms[2]>
                     <input type="hidden" name="space" value=s5/>
                     <label>"New API key name" <input type="text" name="name" value=key required maxlength="100"/></label>

@@ -5,8 +5,9 @@
 
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
 
-use crate::api::{list_users, CreateUser, DeleteUser, SetUserStatus};
+use crate::api::{list_user_page, CreateUser, DeleteUser, SetUserStatus};
 use crate::components::{
     console, fmt_time, load_error, refusal, reset_on_success, select_options, use_mutation,
     use_typed, Confirm, FieldError, Typed,
@@ -16,7 +17,13 @@ use crate::types::UserView;
 #[component]
 pub fn UsersPage() -> impl IntoView {
     let ctx = console();
-    let data = Resource::new(move || ctx.refresh.get(), |_| list_users());
+    // A page at a time, with a search by email (issue 16 item 6).
+    let query = use_query_map();
+    let list = Memo::new(move |_| super::search::list_query(&query.read()));
+    let data = Resource::new(
+        move || (list.get(), ctx.refresh.get()),
+        |(q, _)| list_user_page(q),
+    );
     let create = use_mutation::<CreateUser>();
     let set_status = use_mutation::<SetUserStatus>();
     let delete = use_mutation::<DeleteUser>();
@@ -38,19 +45,23 @@ pub fn UsersPage() -> impl IntoView {
                 let email = Typed::or(&typed, "email", String::new());
                 let role = Typed::or(&typed, "role", "support".into());
                 match data.await {
-                    Ok(users) => view! {
+                    Ok(page) => view! {
+                        <super::search::ListSearch action="/users" query=list.get_untracked()
+                            placeholder="Part of an email"/>
+                        {page.filter_error.map(|e| view! { <p class="notice error" role="alert">{e}</p> })}
                         <div class="table-wrap"><table class="grid" data-testid="users">
                             <thead><tr>
                                 <th scope="col">"Email"</th><th scope="col">"Role"</th><th scope="col">"Created (UTC)"</th>
                                 <th scope="col">"State"</th><th scope="col">"Actions"</th>
                             </tr></thead>
                             <tbody>
-                                {users.into_iter().map(|u| {
+                                {page.rows.into_iter().map(|u| {
                                     let mine = u.id == me;
                                     user_row(u, mine, set_status, delete)
                                 }).collect_view()}
                             </tbody>
                         </table></div>
+                        <super::search::Pager action="/users" query=list.get_untracked() next_cursor=page.next_cursor/>
                         <section class="card create">
                             <h2>"New user"</h2>
                             <ActionForm action=create node_ref=form>

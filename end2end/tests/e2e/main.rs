@@ -14,6 +14,7 @@ mod demo;
 mod first_run;
 mod forms;
 mod headers;
+mod lists;
 mod live;
 mod login;
 mod manage;

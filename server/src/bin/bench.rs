@@ -1413,6 +1413,35 @@ async fn execute_all(pool: &RawPool, chunk: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Drops the secondary indexes of `tables` but the engine's (on SQLite; none on
+/// PostgreSQL) and returns
+/// the statements that create them again.
+async fn drop_indexes(pool: &RawPool, tables: &[&str]) -> anyhow::Result<Vec<String>> {
+    let RawPool::Sqlite(sqlite) = pool else {
+        return Ok(Vec::new());
+    };
+    let mut again = Vec::new();
+    let mut drops = Vec::new();
+    for table in tables {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = $1 AND sql IS NOT NULL",
+        )
+        .bind(table)
+        .fetch_all(sqlite)
+        .await?;
+        // The engine's own (due and leased deliveries) stay: it keeps polling them.
+        for (name, sql) in rows
+            .into_iter()
+            .filter(|(n, _)| !n.contains("due") && !n.contains("leased"))
+        {
+            drops.push(format!("DROP INDEX {name}"));
+            again.push(sql);
+        }
+    }
+    execute_all(pool, &drops).await?;
+    Ok(again)
+}
+
 /// Fills the bench space with `destinations` destinations and `deliveries` finished
 /// deliveries (an event per ten; 90 % succeeded, 8 % failed, 2 % cancelled), spread over
 /// the 60 days up to two days ago (inside the space's retention, outside the overview's
@@ -1468,11 +1497,18 @@ async fn fill_console(
     }
     let mut dlv_ids = Vec::new();
     const CHUNK: usize = 5000;
+    // Statements per transaction: 50,000 deliveries a commit.
+    const PER_COMMIT: usize = 10;
     let span = (to - from).max(1);
+    // Millions of rows go in without their indexes, built once at the end (a sort each,
+    // instead of millions of inserts at random places in thirteen B-trees).
+    let indexes = drop_indexes(&pool, &["deliveries", "events"]).await?;
+    let mut pending: Vec<String> = Vec::new();
     for start in (0..deliveries).step_by(CHUNK) {
         let count = CHUNK.min(deliveries - start);
         let at = from + (span as i128 * start as i128 / deliveries.max(1) as i128) as i64;
-        let events: Vec<String> = (0..count.div_ceil(10)).map(|_| id("evt", at)).collect();
+        let mut events: Vec<String> = (0..count.div_ceil(10)).map(|_| id("evt", at)).collect();
+        events.sort();
         let mut event_rows = Vec::with_capacity(events.len());
         let mut keys = Vec::new();
         for (i, e) in events.iter().enumerate() {
@@ -1487,9 +1523,10 @@ async fn fill_console(
             }
         }
         let mut delivery_rows = Vec::with_capacity(count);
-        for i in 0..count {
+        let mut ids: Vec<String> = (0..count).map(|_| id("dlv", at)).collect();
+        ids.sort();
+        for (i, d) in ids.into_iter().enumerate() {
             let n = start + i;
-            let d = id("dlv", at);
             let dst = &dst_ids[n % dst_ids.len()];
             let (status, class, code) = match n % 50 {
                 0..=3 => ("failed", "'http'", "503"),
@@ -1504,7 +1541,7 @@ async fn fill_console(
                 dlv_ids.push(d);
             }
         }
-        let mut chunk = vec![
+        pending.extend([
             format!(
                 "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES {}",
                 event_rows.join(", ")
@@ -1514,14 +1551,17 @@ async fn fill_console(
                  attempts, last_error_class, last_status_code, created_at, updated_at, finished_at) VALUES {}",
                 delivery_rows.join(", ")
             ),
-        ];
+        ]);
         if !keys.is_empty() {
-            chunk.push(format!(
+            pending.push(format!(
                 "INSERT INTO idempotency_keys (space_id, key, request_hash, event_id, deliveries, created_at) VALUES {}",
                 keys.join(", ")
             ));
         }
-        execute_all(&pool, &chunk).await?;
+        if pending.len() >= 2 * PER_COMMIT || start + count >= deliveries {
+            execute_all(&pool, &pending).await?;
+            pending.clear();
+        }
         if start % 500_000 == 0 && start > 0 {
             println!(
                 "  … {start} deliveries written ({:.0} s)",
@@ -1529,6 +1569,14 @@ async fn fill_console(
             );
         }
     }
+    execute_all(&pool, &pending).await?;
+    let written = started.elapsed().as_secs_f64();
+    execute_all(&pool, &indexes).await?;
+    println!(
+        "  rows written in {written:.0} s, {} indexes built in {:.0} s",
+        indexes.len(),
+        started.elapsed().as_secs_f64() - written
+    );
     if let RawPool::Postgres(pool) = &pool {
         sqlx::query("ANALYZE").execute(pool).await?;
     }
@@ -1542,10 +1590,66 @@ async fn fill_console(
     Ok((dst_ids, dlv_ids))
 }
 
+/// Times `page` (`requests` times after one to warm up): p50 and p99 in ms, the HTML's
+/// size in KB, and the href of its "Older →" link if it has one.
+async fn time_page(
+    client: &reqwest::Client,
+    base: &str,
+    page: &str,
+    requests: usize,
+) -> anyhow::Result<(f64, f64, f64, Option<String>)> {
+    let url = format!("{base}{page}");
+    let mut times = Vec::with_capacity(requests);
+    let mut kb = 0.0;
+    let mut older = None;
+    for i in 0..=requests {
+        let t = Instant::now();
+        let resp = client
+            .get(&url)
+            .header("accept", "text/html")
+            .send()
+            .await?;
+        anyhow::ensure!(
+            resp.status().is_success(),
+            "{page} answered {}",
+            resp.status()
+        );
+        let body = resp.text().await?;
+        let ms = t.elapsed().as_secs_f64() * 1000.0;
+        kb = body.len() as f64 / 1024.0;
+        if i > 0 {
+            times.push(ms);
+        } else {
+            older = older_link(&body);
+        }
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok((percentile(&times, 0.5), percentile(&times, 0.99), kb, older))
+}
+
+/// The href of a page's `Older →` link (`<a href="…" data-testid="older">`).
+fn older_link(html: &str) -> Option<String> {
+    let at = html.find(r#"data-testid="older""#)?;
+    let start = html[..at].rfind("href=\"")? + "href=\"".len();
+    let end = start + html[start..].find('"')?;
+    Some(html[start..end].replace("&amp;", "&"))
+}
+
+/// One line of the console table; 1 when the page misses a target (200 ms p50, 300 KB).
+fn print_page(page: &str, p50: f64, p99: f64, kb: f64) -> usize {
+    let shown: String = page.chars().take(58).collect();
+    let miss = p50 > 200.0 || kb > 300.0;
+    println!(
+        "  {shown:<58} {p50:>8.1} {p99:>8.1} {kb:>9.1}{}",
+        if miss { "  MISSES" } else { "" }
+    );
+    usize::from(miss)
+}
+
 /// Every console page of a space with `destinations` destinations and `deliveries`
 /// deliveries, timed on the server: each page's SSR HTML fetched over HTTP by a
-/// signed-in admin, once to warm up and `requests` times timed; p50 and max in ms and the
-/// HTML's size in KB (targets: 200 ms, 300 KB).
+/// signed-in admin, once to warm up and `requests` times timed; p50 and p99 in ms and the
+/// HTML's size in KB (targets: 200 ms, 300 KB); each list's second page too.
 async fn console_scenario(
     bench: &Bench,
     destinations: usize,
@@ -1596,15 +1700,22 @@ async fn console_scenario(
         format!("/deliveries/{dlv}"),
         "/destinations".to_owned(),
         format!("/destinations?space={space}&q=customer+77"),
+        "/destinations?q=dst-9999".to_owned(),
+        "/destinations?q=no+such+destination".to_owned(),
         format!("/destinations/{dst}"),
         format!("/destinations/{dst}/edit"),
         format!("/destinations/{dst}/resend-failed"),
         "/incoming-webhooks".to_owned(),
+        "/incoming-webhooks?q=hook".to_owned(),
         "/event-types".to_owned(),
+        "/event-types?q=order".to_owned(),
         "/notifications".to_owned(),
         "/spaces".to_owned(),
+        "/spaces?q=bench".to_owned(),
         format!("/spaces/{space}"),
+        format!("/spaces/{space}?q=key"),
         "/users".to_owned(),
+        "/users?q=bench".to_owned(),
         "/alerts".to_owned(),
         "/audit-log".to_owned(),
         format!("/search?q={dlv}"),
@@ -1612,42 +1723,19 @@ async fn console_scenario(
         "/search?q=dst-123".to_owned(),
     ];
     println!(
-        "  {:<58} {:>8} {:>8} {:>9}",
-        "page", "p50 ms", "max ms", "HTML KB"
+        "  {:<58} {:>8} {:>8} {:>9}  (targets: 200 ms, 300 KB)",
+        "page", "p50 ms", "p99 ms", "HTML KB"
     );
+    let mut misses = 0;
     for page in &pages {
-        let url = format!("{}{page}", bench.base);
-        let mut times = Vec::with_capacity(requests);
-        let mut kb = 0.0;
-        let mut status = 0;
-        for i in 0..=requests {
-            let t = Instant::now();
-            let resp = client
-                .get(&url)
-                .header("accept", "text/html")
-                .send()
-                .await?;
-            status = resp.status().as_u16();
-            let body = resp.bytes().await?;
-            let ms = t.elapsed().as_secs_f64() * 1000.0;
-            kb = body.len() as f64 / 1024.0;
-            if i > 0 {
-                times.push(ms);
-            }
+        let (p50, p99, kb, older) = time_page(&client, &bench.base, page, requests).await?;
+        misses += print_page(page, p50, p99, kb);
+        // A list's second page, through its "Older →" link.
+        if let Some(next) = older {
+            let (p50, p99, kb, _) = time_page(&client, &bench.base, &next, requests).await?;
+            misses += print_page(&format!("  … page 2 of {page}"), p50, p99, kb);
         }
-        times.sort_by(|a, b| a.total_cmp(b));
-        let shown: String = page.chars().take(58).collect();
-        println!(
-            "  {shown:<58} {:>8.1} {:>8.1} {:>9.1}{}",
-            percentile(&times, 0.5),
-            times.last().copied().unwrap_or(0.0),
-            kb,
-            if status == 200 {
-                String::new()
-            } else {
-                format!("  ({status})")
-            }
-        );
     }
+    println!("  {misses} page(s) over a target");
     Ok(())
 }

@@ -30,7 +30,7 @@ fn pretty(v: &Option<Value>) -> String {
         .unwrap_or_default()
 }
 
-fn entry(t: &EventType, space_name: &str) -> CatalogEntry {
+pub(super) fn entry(t: &EventType, space_name: &str) -> CatalogEntry {
     CatalogEntry {
         space_id: t.space_id.to_string(),
         space_name: space_name.to_owned(),

@@ -4,13 +4,13 @@
 //! secret is kept, as it signs every request).
 
 use app::error::ConsoleError;
-use app::port::AdminPort;
+use app::port::{AdminPort, ListPort};
 use app::types::*;
 
 use serde_json::{json, Value};
 
 use super::{
-    audit_entry, author, internal, parse_id, refused, require_role, storage_error, views, Backend,
+    audit_entry, author, internal, parse_id, refused, require_role, storage_error, Backend,
 };
 use crate::clock::now_ms;
 use crate::domain::Role;
@@ -200,52 +200,15 @@ impl AdminPort for Backend {
     }
 
     async fn space(&self, actor: &SessionUser, id: &str) -> Result<SpaceDetail, ConsoleError> {
-        require_role(actor, Role::Admin)?;
-        let id: SpaceId = parse_id(id, "space")?;
-        let space = self
-            .storage
-            .get_space(id)
-            .await
-            .map_err(|e| storage_error(e, "space"))?;
-        let channels = self.storage.list_all_channels(id).await.map_err(internal)?;
-        let bots = self.storage.list_all_bots(id).await.map_err(internal)?;
-        let keys = self.storage.list_all_api_keys(id).await.map_err(internal)?;
+        // The first page of each of its lists (`console::lists`).
+        let page = self
+            .space_page(actor, id, &SpaceListQuery::default())
+            .await?;
         Ok(SpaceDetail {
-            space: views::space(&space),
-            channels: channels
-                .iter()
-                .map(|c| ChannelView {
-                    id: c.id.to_string(),
-                    name: c.name.clone(),
-                    created_at: c.created_at,
-                })
-                .collect(),
-            bots: bots
-                .iter()
-                .map(|b| BotView {
-                    id: b.id.to_string(),
-                    name: b.name.clone(),
-                    created_at: b.created_at,
-                    revoked_at: b.revoked_at,
-                })
-                .collect(),
-            api_keys: keys
-                .iter()
-                .map(|k| ApiKeyView {
-                    id: k.id.to_string(),
-                    name: k.name.clone(),
-                    prefix: k.prefix.clone(),
-                    created_at: k.created_at,
-                    last_used_at: k.last_used_at,
-                    revoked_at: k.revoked_at,
-                })
-                .collect(),
-            retention: space.retention.map(|r| r.to_string()).unwrap_or_default(),
-            effective_retention: crate::ops::retention::effective(
-                &space,
-                &self.config.retention.per_plan(),
-            )
-            .to_string(),
+            channels: page.channels.rows,
+            bots: page.bots.rows,
+            api_keys: page.api_keys.rows,
+            ..page.detail
         })
     }
 

@@ -375,43 +375,16 @@ impl ReadPort for Backend {
         actor: &SessionUser,
         space: &str,
     ) -> Result<IncomingPage, ConsoleError> {
-        require_role(actor, Role::Support)?;
-        let only = match space.trim() {
-            "" => None,
-            s => Some(parse_id::<SpaceId>(s, "space")?),
+        // The first page (`console::lists`).
+        let query = ListQuery {
+            space: space.to_owned(),
+            ..ListQuery::default()
         };
-        let mut spaces: Vec<Space> = self.space_names().await?.into_values().collect();
-        spaces.sort_by(|a, b| a.name.cmp(&b.name));
-        let mut page = IncomingPage {
-            hooks: Vec::new(),
-            channels: Vec::new(),
-        };
-        for s in spaces.iter().filter(|s| only.is_none_or(|o| o == s.id)) {
-            let channels = self
-                .storage
-                .list_all_channels(s.id)
-                .await
-                .map_err(internal)?;
-            let rate = self.config.limits.incoming_per_second.for_plan(s.plan);
-            for w in self
-                .storage
-                .list_all_incoming_webhooks(s.id)
-                .await
-                .map_err(internal)?
-            {
-                let channel = channels
-                    .iter()
-                    .find(|c| c.id == w.channel_id)
-                    .map(|c| c.name.as_str())
-                    .unwrap_or("?");
-                page.hooks.push(views::incoming(&w, &s.name, channel, rate));
-            }
-            page.channels.extend(channels.iter().map(|c| Choice {
-                value: c.id.to_string(),
-                label: format!("{} / #{}", s.name, c.name),
-            }));
-        }
-        Ok(page)
+        let list = app::port::ListPort::incoming_list(self, actor, &query).await?;
+        Ok(IncomingPage {
+            hooks: list.hooks.rows,
+            channels: list.channels,
+        })
     }
 
     async fn notifications(

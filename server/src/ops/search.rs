@@ -103,9 +103,43 @@ pub fn pick_destination(typed: &str) -> DestinationPick {
     }
 }
 
+/// What a list's search field (spaces, users, incoming webhooks, event types, a space's
+/// channels, bots and API keys) was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListSearch {
+    /// Nothing: every row.
+    Any,
+    /// The `LIKE` pattern of a part of a name, email or description ([`fragment_pattern`]).
+    Matching(String),
+    /// Too short to search for.
+    TooShort,
+}
+
+/// Reads a list's search field: empty, or a part of what the list shows.
+pub fn list_search(typed: &str) -> ListSearch {
+    if typed.trim().is_empty() {
+        return ListSearch::Any;
+    }
+    match fragment_pattern(typed) {
+        Some(p) => ListSearch::Matching(p),
+        None => ListSearch::TooShort,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_list_search_is_a_fragment_of_two_characters_or_more() {
+        assert_eq!(list_search("   "), ListSearch::Any);
+        assert_eq!(list_search("Ops"), ListSearch::Matching("%ops%".into()));
+        assert_eq!(
+            list_search("50%_"),
+            ListSearch::Matching("%50\\%\\_%".into())
+        );
+        assert_eq!(list_search(" a "), ListSearch::TooShort);
+    }
 
     #[test]
     fn a_destination_field_takes_an_id_or_a_part_of_a_url() {

@@ -44,6 +44,14 @@ pub trait ChannelStore: Send + Sync + std::fmt::Debug {
         channel_id: ChannelId,
         page: Page<MessageId>,
     ) -> Result<Vec<Message>>;
+    /// A page of the channels of `space_id`, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name is `LIKE` it (`Store::search_page`).
+    async fn search_channels(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<ChannelId>,
+    ) -> Result<Vec<Channel>>;
 }
 
 #[async_trait]
@@ -160,6 +168,23 @@ where
                 (MESSAGE, "messages"),
                 ("channel_id", channel_id.to_string()),
                 "",
+                page,
+            )
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn search_channels(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<ChannelId>,
+    ) -> Result<Vec<Channel>> {
+        let rows: Vec<ChannelRow> = self
+            .search_page(
+                (CHANNEL, "channels"),
+                Some(("space_id", space_id.to_string())),
+                (&["name"], pattern),
                 page,
             )
             .await?;

@@ -44,6 +44,14 @@ pub trait EventTypeStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<EventType>>;
     /// Every type of the space, by name (the console).
     async fn list_all_event_types(&self, space_id: SpaceId) -> Result<Vec<EventType>>;
+    /// A page of event types, of one space or all,, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name or description is `LIKE` it (`Store::search_page`).
+    async fn search_event_types(
+        &self,
+        space_id: Option<SpaceId>,
+        pattern: Option<&str>,
+        page: Page<EventTypeId>,
+    ) -> Result<Vec<EventType>>;
 }
 
 #[async_trait]
@@ -144,6 +152,23 @@ where
     async fn list_all_event_types(&self, space_id: SpaceId) -> Result<Vec<EventType>> {
         let rows: Vec<EventTypeRow> = self
             .all_of_space((EVENT_TYPE, "event_types"), space_id, "name")
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn search_event_types(
+        &self,
+        space_id: Option<SpaceId>,
+        pattern: Option<&str>,
+        page: Page<EventTypeId>,
+    ) -> Result<Vec<EventType>> {
+        let rows: Vec<EventTypeRow> = self
+            .search_page(
+                (EVENT_TYPE, "event_types"),
+                space_id.map(|s| ("space_id", s.to_string())),
+                (&["name", "description"], pattern),
+                page,
+            )
             .await?;
         convert_all(rows)
     }

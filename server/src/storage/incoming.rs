@@ -68,6 +68,22 @@ pub trait IncomingStore: Send + Sync + std::fmt::Debug {
         now: UnixMs,
         audit: Option<&AuditEntry>,
     ) -> Result<()>;
+    /// A page of incoming webhooks, of one space or all,, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name is `LIKE` it (`Store::search_page`).
+    async fn search_incoming_webhooks(
+        &self,
+        space_id: Option<SpaceId>,
+        pattern: Option<&str>,
+        page: Page<IncomingWebhookId>,
+    ) -> Result<Vec<IncomingWebhook>>;
+    /// A page of the bots of `space_id`, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name is `LIKE` it (`Store::search_page`).
+    async fn search_bots(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<BotId>,
+    ) -> Result<Vec<Bot>>;
 }
 
 #[async_trait]
@@ -293,6 +309,40 @@ where
             audit,
         )
         .await
+    }
+
+    async fn search_incoming_webhooks(
+        &self,
+        space_id: Option<SpaceId>,
+        pattern: Option<&str>,
+        page: Page<IncomingWebhookId>,
+    ) -> Result<Vec<IncomingWebhook>> {
+        let rows: Vec<IncomingWebhookRow> = self
+            .search_page(
+                (INCOMING_WEBHOOK, "incoming_webhooks"),
+                space_id.map(|s| ("space_id", s.to_string())),
+                (&["name"], pattern),
+                page,
+            )
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn search_bots(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<BotId>,
+    ) -> Result<Vec<Bot>> {
+        let rows: Vec<BotRow> = self
+            .search_page(
+                (BOT, "bots"),
+                Some(("space_id", space_id.to_string())),
+                (&["name"], pattern),
+                page,
+            )
+            .await?;
+        convert_all(rows)
     }
 }
 

@@ -96,28 +96,13 @@ where
         pattern: Option<&str>,
         page: Page<DestinationId>,
     ) -> Result<Vec<Destination>> {
-        let mut q = Sql::<D>::new(format!(
-            "SELECT {DESTINATION} FROM destinations WHERE 1 = 1"
-        ));
-        if let Some(space) = space_id {
-            q.push(" AND space_id = ").push_bind(space.to_string());
-        }
-        if let Some(p) = pattern {
-            q.push(" AND (LOWER(url) LIKE ")
-                .push_bind(p.to_owned())
-                .push(" ESCAPE '\\' OR LOWER(description) LIKE ")
-                .push_bind(p.to_owned())
-                .push(" ESCAPE '\\' OR LOWER(name) LIKE ")
-                .push_bind(p.to_owned())
-                .push(" ESCAPE '\\')");
-        }
-        if let Some(before) = page.before {
-            q.push(" AND id < ").push_bind(before.to_string());
-        }
-        q.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit);
-        let (sql, args) = q.into_parts()?;
-        let rows = sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)
-            .fetch_all(&self.read)
+        let rows: Vec<DestinationRow> = self
+            .search_page(
+                (DESTINATION, "destinations"),
+                space_id.map(|s| ("space_id", s.to_string())),
+                (&["url", "description", "name"], pattern),
+                page,
+            )
             .await?;
         convert_all(rows)
     }

@@ -212,6 +212,47 @@ where
             .await?)
     }
 
+    /// A page of one of the console's long lists (issue 16 item 6), newest first: the
+    /// rows of `table`, of one space (`owner`, the space column, with its key) or of all,
+    /// and with `pattern` only those where one of `fields`, lower-cased, is `LIKE` it
+    /// (escaped with `\`: `ops::search::fragment_pattern`); with an ID below `before`.
+    /// Read on the `(space_id, id)` index or the primary key, newest first, stopping at
+    /// the page's end; the cursor is pushed only when there is one (see [`Self::keyset_page`]).
+    pub(super) async fn search_page<R, I: ToString>(
+        &self,
+        (columns, table): (&'static str, &'static str),
+        owner: Option<(&'static str, String)>,
+        (fields, pattern): (&[&'static str], Option<&str>),
+        page: Page<I>,
+    ) -> Result<Vec<R>>
+    where
+        R: for<'r> sqlx::FromRow<'r, DbRow<D>> + Send + Unpin,
+    {
+        let mut q = Sql::<D>::new(format!("SELECT {columns} FROM {table} WHERE 1 = 1"));
+        if let Some((column, key)) = owner {
+            q.push(format_args!(" AND {column} = ")).push_bind(key);
+        }
+        if let Some(p) = pattern {
+            for (i, field) in fields.iter().enumerate() {
+                q.push(if i == 0 { " AND (" } else { " OR " })
+                    .push(format_args!("LOWER({field}) LIKE "))
+                    .push_bind(p.to_owned())
+                    .push(" ESCAPE '\\'");
+            }
+            if !fields.is_empty() {
+                q.push(")");
+            }
+        }
+        if let Some(before) = page.before {
+            q.push(" AND id < ").push_bind(before.to_string());
+        }
+        q.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit);
+        let (sql, args) = q.into_parts()?;
+        Ok(sqlx::query_as_with::<_, R, _>(&sql, args)
+            .fetch_all(&self.read)
+            .await?)
+    }
+
     /// Every row of `table` that belongs to the space, ordered by `order` (SQL text): the
     /// console's every-row reads.
     pub(super) async fn all_of_space<R>(

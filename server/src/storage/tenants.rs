@@ -64,6 +64,18 @@ pub trait TenantStore: Send + Sync + std::fmt::Debug {
     /// it was due (none sent yet, or due at or before `now`). True for the one instance
     /// whose update took; it alone sends the round (docs D17).
     async fn claim_demo_round(&self, id: SpaceId, now: UnixMs, next: UnixMs) -> Result<bool>;
+    /// A page of every space, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name is `LIKE` it (`Store::search_page`).
+    async fn search_spaces(&self, pattern: Option<&str>, page: Page<SpaceId>)
+        -> Result<Vec<Space>>;
+    /// A page of the API keys of `space_id`, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased name or prefix is `LIKE` it (`Store::search_page`).
+    async fn search_api_keys(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<ApiKeyId>,
+    ) -> Result<Vec<ApiKey>>;
 }
 
 #[async_trait]
@@ -260,6 +272,34 @@ where
         .bind(id.to_string())
         .bind(now);
         Ok(self.execute(Durability::Full, query).await?.rows_affected() == 1)
+    }
+
+    async fn search_spaces(
+        &self,
+        pattern: Option<&str>,
+        page: Page<SpaceId>,
+    ) -> Result<Vec<Space>> {
+        let rows: Vec<SpaceRow> = self
+            .search_page((SPACE, "spaces"), None, (&["name"], pattern), page)
+            .await?;
+        convert_all(rows)
+    }
+
+    async fn search_api_keys(
+        &self,
+        space_id: SpaceId,
+        pattern: Option<&str>,
+        page: Page<ApiKeyId>,
+    ) -> Result<Vec<ApiKey>> {
+        let rows: Vec<ApiKeyRow> = self
+            .search_page(
+                (API_KEY, "api_keys"),
+                Some(("space_id", space_id.to_string())),
+                (&["name", "prefix"], pattern),
+                page,
+            )
+            .await?;
+        convert_all(rows)
     }
 }
 

@@ -49,6 +49,9 @@ pub trait UserStore: Send + Sync + std::fmt::Debug {
     async fn forget_session(&self, session_id: &str) -> Result<()>;
     /// The IDs of the console sessions signed in as `user_id`.
     async fn user_sessions(&self, user_id: UserId) -> Result<Vec<String>>;
+    /// A page of every console user, newest first, for the console's list: with `pattern` only
+    /// those whose lower-cased email is `LIKE` it (`Store::search_page`).
+    async fn search_users(&self, pattern: Option<&str>, page: Page<UserId>) -> Result<Vec<User>>;
 }
 
 #[async_trait]
@@ -236,6 +239,13 @@ where
                 .fetch_all(&self.read)
                 .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+
+    async fn search_users(&self, pattern: Option<&str>, page: Page<UserId>) -> Result<Vec<User>> {
+        let rows: Vec<UserRow> = self
+            .search_page((USER, "users"), None, (&["email"], pattern), page)
+            .await?;
+        convert_all(rows)
     }
 }
 
