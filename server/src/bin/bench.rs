@@ -662,7 +662,10 @@ async fn bench() -> anyhow::Result<()> {
             100.0 * e2e / direct_5
         );
         cpu.print_per_delivery(&procs, args.events);
-        println!("  process RSS: {:.0} MB", rss_mb());
+        match procs.server {
+            Some(pid) => println!("  server RSS: {:.0} MB", rss_mb_of(&pid.to_string())),
+            None => println!("  process RSS: {:.0} MB", rss_mb()),
+        }
         bench.delete_destinations().await;
         bench.arrivals.reset().await;
     }
