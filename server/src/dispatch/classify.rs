@@ -279,7 +279,7 @@ mod tests {
     async fn a_name_that_does_not_resolve_is_a_dns_failure() {
         let err = send_error(
             &client(Duration::from_secs(30)),
-            "http://no-such-host.invalid/",
+            &format!("http://{}/", crate::testkit::UNRESOLVABLE_HOST),
         )
         .await;
         assert_eq!(classify_error(&err), ErrorClass::Dns, "{err:?}");
@@ -295,7 +295,7 @@ mod tests {
             ))))
             .build()
             .unwrap();
-        let err = send_error(&client, "https://no-such-host.invalid/").await;
+        let err = send_error(&client, &format!("http://{}/", crate::testkit::UNRESOLVABLE_HOST)).await;
         assert_eq!(classify_error(&err), ErrorClass::Dns, "{err:?}");
     }
 

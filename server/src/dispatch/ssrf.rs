@@ -672,7 +672,7 @@ mod tests {
     async fn a_name_that_does_not_resolve_is_an_io_error_not_a_blocked_one() {
         let resolver = GuardedResolver::new(Arc::new(none()));
         let err = match resolver
-            .resolve("no-such-host.invalid".parse().unwrap())
+            .resolve(crate::testkit::UNRESOLVABLE_HOST.parse().unwrap())
             .await
         {
             Ok(addrs) => panic!("resolved to {:?}", addrs.collect::<Vec<_>>()),

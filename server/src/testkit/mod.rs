@@ -18,3 +18,11 @@ pub use app::{
 pub use db::{fresh_db, Db, TestDb};
 pub use receiver::{Received, Receiver, Reply};
 pub use wait::{eventually, wait_until};
+
+/// A host name that fails to resolve on this machine without asking a name server: a
+/// label may not begin with a hyphen, so the C library refuses it before it sends a
+/// query. A test of the `dns` error class stays quick and the same when the machine's
+/// resolver is slow or cut off (`no-such-host.invalid` waited on the name server, and in
+/// one CI run the attempt outlived the test's 30 seconds). Plain `http` only: a TLS
+/// client refuses the name itself, before resolving it.
+pub const UNRESOLVABLE_HOST: &str = "-no-such-host.invalid";

@@ -6,7 +6,7 @@ use serde_json::json;
 use server::dispatch::signing;
 
 use crate::on_both_backends;
-use server::testkit::{eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply};
+use server::testkit::{eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply, UNRESOLVABLE_HOST};
 
 /// A policy that retries in milliseconds, so tests need no long sleeps.
 fn fast(preset: &str) -> serde_json::Value {
@@ -132,7 +132,7 @@ on_both_backends! {
         let plain = Receiver::start().await;
         let cases = [
             ("connect", json!({"url": format!("http://{closed}/"), "eventTypes": ["connect"], "maxAttempts": 1})),
-            ("dns", json!({"url": "http://no-such-host.invalid/hook", "eventTypes": ["dns"], "maxAttempts": 1})),
+            ("dns", json!({"url": format!("http://{UNRESOLVABLE_HOST}/hook"), "eventTypes": ["dns"], "maxAttempts": 1})),
             ("timeout", json!({"url": slow.url("/"), "eventTypes": ["timeout"], "maxAttempts": 1, "timeoutSeconds": 1})),
             ("tls", json!({"url": format!("https://{}/", plain.addr), "eventTypes": ["tls"], "maxAttempts": 1})),
         ];
