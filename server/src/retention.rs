@@ -13,9 +13,10 @@
 //! - then, on SQLite, a bounded `PRAGMA incremental_vacuum` so the file stops growing.
 //!
 //! Each batch is one write transaction through the storage's writer, sized by time: it
-//! starts at [`Settings::batch`] rows and is resized after each batch so one takes about
-//! [`Settings::batch_time`] ([`next_batch`]), since what delays a claim or a publish is
-//! how long the purge holds the write lock, not how many rows it deletes. Each batch is
+//! starts at [`Settings::batch`] rows and is resized after each batch so one holds the
+//! write lock for about [`Settings::batch_time`] ([`next_batch`]; the hold is counted by
+//! [`storage::write::metered`], the wait for the lock left out), since what delays a claim
+//! or a publish is how long the purge holds the write lock, not how many rows it deletes. Each batch is
 //! followed by a rest of four times its own time (at least [`Settings::pause`]), so a
 //! purge takes at most a fifth of the write lock. The free pages go back to the file
 //! system the same way, [`VACUUM_STEP`] pages at a time. Rows purged
@@ -162,6 +163,16 @@ pub async fn purge(
     now: UnixMs,
     shutdown: &CancellationToken,
 ) -> storage::Result<Purged> {
+    // Metered, so each batch is sized by the time it held the write lock.
+    storage::write::metered(purge_paced(storage, settings, now, shutdown)).await
+}
+
+async fn purge_paced(
+    storage: &dyn Storage,
+    settings: &Settings,
+    now: UnixMs,
+    shutdown: &CancellationToken,
+) -> storage::Result<Purged> {
     let mut purged = Purged::default();
     let pacer = Pacer::new(settings);
     for space in storage.list_all_spaces().await? {
@@ -280,13 +291,11 @@ pub async fn purge(
 /// SQLite, keep four fifths.
 const REST_PER_WORK: u32 = 4;
 
-/// The fewest rows a batch is cut down to, however slow the database. A batch's time is
-/// its wall time, the wait for the write lock behind the engine's transactions included,
-/// so under load it overstates the time the lock is held; with 10 rows a batch the purge
-/// fell to ~460 deliveries/s under a 200 events/s load, behind what such a load writes.
-/// At 250 the purge keeps to thousands a second and holds the lock a quarter of what
-/// 1,000-row batches did.
-const MIN_BATCH: i64 = 250;
+/// The fewest rows a batch is cut down to, however slow the database, so a purge on a
+/// slow disk still moves. A batch is timed by how long it held the write lock, not by its
+/// wall time (which, under load, adds its wait behind the engine's transactions: sized by
+/// that, with a floor of 10, the purge fell to ~460 deliveries/s under 200 events/s).
+const MIN_BATCH: i64 = 50;
 
 /// Pages of the file handed back per `incremental_vacuum` transaction.
 pub const VACUUM_STEP: i64 = 256;
@@ -306,14 +315,15 @@ fn next_batch(rows: i64, took: Duration, target: Duration, max: i64) -> i64 {
     scaled.min(rows.saturating_mul(2)).clamp(MIN_BATCH, max)
 }
 
-/// Paces a run: each batch's rows follow its time, and each pause rests in proportion to
-/// the batch before it.
+/// Paces a run: each batch's rows follow the time its writes held the write lock
+/// ([`storage::write::held`]: the purge runs [`storage::write::metered`]), and each pause
+/// rests in proportion to it.
 struct Pacer {
     min: Duration,
     target: Duration,
     max: i64,
-    /// When the current batch began, and the rows a batch may take.
-    state: std::sync::Mutex<(std::time::Instant, i64)>,
+    /// The lock time counted when the current batch began, and the rows a batch may take.
+    state: std::sync::Mutex<(Duration, i64)>,
 }
 
 impl Pacer {
@@ -323,11 +333,11 @@ impl Pacer {
             min: settings.pause,
             target: settings.batch_time,
             max,
-            state: std::sync::Mutex::new((std::time::Instant::now(), max)),
+            state: std::sync::Mutex::new((storage::write::held(), max)),
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, (std::time::Instant, i64)> {
+    fn state(&self) -> std::sync::MutexGuard<'_, (Duration, i64)> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -336,16 +346,16 @@ impl Pacer {
         self.state().1
     }
 
-    /// A batch begins now (what came before it, such as a read, is not its time).
+    /// A batch begins now (a write before it is not its time).
     fn start(&self) {
-        self.state().0 = std::time::Instant::now();
+        self.state().0 = storage::write::held();
     }
 
-    /// After a batch: resizes the next one and rests; the next batch's time starts after.
+    /// After a batch: resizes the next one by the time the batch held the lock, and rests.
     async fn pause(&self) {
         let took = {
             let mut state = self.state();
-            let took = state.0.elapsed();
+            let took = storage::write::held().saturating_sub(state.0);
             state.1 = next_batch(state.1, took, self.target, self.max);
             took
         };

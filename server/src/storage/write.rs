@@ -17,13 +17,37 @@
 //! errors returned with `?`, panics, and futures dropped mid-write (a client that hung
 //! up). The pool opens a fresh connection in its place.
 
+use std::cell::Cell;
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::query::{Query, QueryAs};
 use sqlx::{Connection as _, Database, Executor, FromRow, IntoArguments, Pool, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
+
+tokio::task_local! {
+    /// The time the writers of a task inside [`metered`] have held their connection.
+    static HELD: Cell<Duration>;
+}
+
+/// Runs `work` with its writers' hold time counted: [`held`], read inside it, answers how
+/// long they have held a writer so far. A writer holds from the moment it has the gate
+/// (SQLite) and a connection to the moment it gives them back, its `COMMIT` included; the
+/// wait for the gate is not counted. That is the time a background task such as the
+/// retention purge keeps the engine's claims and finishes waiting, which its wall time,
+/// lengthened by its own wait behind them, overstates under load.
+pub async fn metered<F: Future>(work: F) -> F::Output {
+    HELD.scope(Cell::new(Duration::ZERO), work).await
+}
+
+/// How long this task's writers have held a writer so far inside [`metered`] (zero
+/// outside it).
+pub fn held() -> Duration {
+    HELD.try_with(Cell::get).unwrap_or_default()
+}
 
 /// Which pool a write goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +109,8 @@ pub struct Writer<'g, DB: Database> {
     /// `BEGIN IMMEDIATE` on SQLite; `None`: the backend's plain `BEGIN`.
     begin: Option<&'static str>,
     clean: bool,
+    /// When the gate and the connection were taken (for [`held`]).
+    taken: Instant,
     _gate: Option<MutexGuard<'g, ()>>,
 }
 
@@ -100,6 +126,7 @@ impl<'g, DB: Database> Writer<'g, DB> {
             conn,
             begin,
             clean: false,
+            taken: Instant::now(),
             _gate: gate,
         })
     }
@@ -151,6 +178,9 @@ impl<DB: Database> Drop for Writer<'_, DB> {
         if !self.clean {
             self.conn.close_on_drop();
         }
+        let held = self.taken.elapsed();
+        // Outside `metered` there is nothing to count into.
+        let _ = HELD.try_with(|total| total.set(total.get() + held));
     }
 }
 
@@ -219,6 +249,36 @@ mod tests {
     /// `SQLITE_FULL` or an I/O error: sqlx still counts depth 1, and its COMMIT fails.
     async fn transaction_ended_by_the_database(conn: &mut sqlx::SqliteConnection) {
         sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_metered_task_is_charged_the_time_it_held_a_writer_not_its_wait_for_the_gate() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "m.db").await;
+        let writes = Writes::new(pool.clone(), pool, true, Some("BEGIN IMMEDIATE"));
+        // Another future holds the gate for 300 ms; the metered one waits, then holds 50 ms.
+        let other = writes.writer(Durability::Engine).await.unwrap();
+        let holder = async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(other);
+        };
+        let measured = metered(async {
+            assert_eq!(held(), Duration::ZERO);
+            let began = Instant::now();
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(writer);
+            (held(), began.elapsed())
+        });
+        let ((), (held, wall)) = tokio::join!(holder, measured);
+        assert!(wall >= Duration::from_millis(350), "{wall:?}");
+        assert!(
+            held >= Duration::from_millis(50) && held < Duration::from_millis(250),
+            "{held:?} of {wall:?}"
+        );
+        // Outside `metered`, nothing is counted.
+        drop(writes.writer(Durability::Engine).await.unwrap());
+        assert_eq!(super::held(), Duration::ZERO);
     }
 
     #[tokio::test]
