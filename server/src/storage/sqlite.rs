@@ -115,8 +115,11 @@ impl Dialect for Sqlite {
         convert_all(rows)
     }
 
-    /// A loop over the destinations: SQLite's statements run in-process, so a few per
-    /// destination cost microseconds.
+    /// One statement for all the destinations, like PostgreSQL's: each one's earliest due
+    /// deliveries (a correlated `IN (… LIMIT` the cap`)`, SQLite having no `LATERAL`), cut
+    /// to its free slots by rank; a FIFO one's head when it has nothing in flight. Each
+    /// statement is a round trip to sqlx's connection thread, made while the write lock
+    /// is held: a loop of three per destination cost more than the claim itself.
     async fn claim_for_in(
         tx: &mut WriteTx<'_, sqlx::Sqlite>,
         destinations: &[DestinationId],
@@ -125,82 +128,60 @@ impl Dialect for Sqlite {
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Vec<Delivery>> {
-        let mut claimed: Vec<Delivery> = Vec::new();
-        let mut retries_left = limits.retries;
-        for destination in destinations {
-            let room = limit - claimed.len() as i64;
-            if room <= 0 {
-                break;
-            }
-            let destination = destination.to_string();
-            let (busy, ordering): (i64, Option<String>) = sqlx::query_as(
-                "SELECT COUNT(*), (SELECT ordering FROM destinations WHERE id = $1) \
-                 FROM deliveries WHERE destination_id = $1 AND status = 'sending'",
-            )
-            .bind(&destination)
-            .fetch_one(&mut **tx)
-            .await?;
-            let ordering = match ordering {
-                Some(o) => o
-                    .parse()
-                    .map_err(|e| StorageError::Corrupt(format!("destinations.ordering: {e}")))?,
-                None => DeliveryOrdering::Unordered,
-            };
-            let free = (ordering.in_flight_cap(limits.per_destination) - busy).min(room);
-            if free <= 0 {
-                continue;
-            }
-            // A FIFO destination's only candidate is its head (docs D12).
-            let candidates = match ordering {
-                DeliveryOrdering::Fifo => format!(" AND d.id = ({})", fifo_head("$1")),
-                DeliveryOrdering::Unordered => String::new(),
-            };
-            let due: Vec<(String, String)> = sqlx::query_as(&format!(
-                "SELECT id, status FROM deliveries d \
-                 WHERE destination_id = $1 AND status IN ('pending', 'retrying') AND paused = FALSE \
-                   AND next_attempt_at <= $2 AND ($3 OR status = 'pending'){candidates} \
-                 ORDER BY next_attempt_at, id LIMIT $4",
-            ))
-            .bind(&destination)
+        let sql = format!(
+            "WITH targets AS ( \
+               SELECT t.value AS destination_id, t.key AS ord, \
+                 COALESCE(dst.ordering = 'fifo', FALSE) AS fifo, \
+                 (SELECT COUNT(*) FROM deliveries b \
+                  WHERE b.destination_id = t.value AND b.status = 'sending') AS busy \
+               FROM json_each($1) AS t LEFT JOIN destinations dst ON dst.id = t.value \
+             ), due AS ( \
+               SELECT x.id, x.destination_id, x.status, x.next_attempt_at, targets.ord, targets.busy \
+               FROM targets JOIN deliveries x ON x.id IN ( \
+                 SELECT id FROM deliveries \
+                 WHERE destination_id = targets.destination_id AND NOT targets.fifo \
+                   AND status IN ('pending', 'retrying') AND paused = FALSE \
+                   AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
+                 ORDER BY next_attempt_at, id LIMIT $4) \
+               UNION ALL \
+               SELECT h.id, h.destination_id, h.status, h.next_attempt_at, targets.ord, targets.busy \
+               FROM targets JOIN deliveries h ON h.id = ({head}) \
+               WHERE targets.fifo AND targets.busy = 0 AND $4 >= 1 \
+                 AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
+             ), fits AS ( \
+               SELECT * FROM ( \
+                 SELECT id, status, next_attempt_at, ord, \
+                   ROW_NUMBER() OVER (PARTITION BY destination_id ORDER BY next_attempt_at, id) \
+                     + busy AS slot \
+                 FROM due) \
+               WHERE slot <= $4 \
+             ), ranked AS ( \
+               SELECT id, status, next_attempt_at, ord, \
+                 ROW_NUMBER() OVER (PARTITION BY status ORDER BY next_attempt_at, id) AS nth FROM fits \
+             ), chosen AS ( \
+               SELECT id FROM ranked WHERE status = 'pending' OR nth <= $5 \
+               ORDER BY ord, next_attempt_at, id LIMIT $6 \
+             ) \
+             UPDATE deliveries SET status = 'sending', updated_at = $2, \
+               lease_expires_at = $2 + $7 + 1000 * (SELECT timeout_seconds FROM destinations d \
+                                                    WHERE d.id = deliveries.destination_id) \
+             WHERE id IN (SELECT id FROM chosen) \
+             RETURNING {}",
+            DELIVERY,
+            head = fifo_head("targets.destination_id"),
+        );
+        let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
+        let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
+            .bind(serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?)
             .bind(now)
-            .bind(retries_left > 0)
-            .bind(free)
+            .bind(limits.retries > 0)
+            .bind(limits.per_destination)
+            .bind(limits.retries)
+            .bind(limit)
+            .bind(lease_margin_ms)
             .fetch_all(&mut **tx)
             .await?;
-            let mut take = Vec::with_capacity(due.len());
-            for (id, status) in due {
-                if status == "retrying" {
-                    if retries_left <= 0 {
-                        continue;
-                    }
-                    retries_left -= 1;
-                }
-                take.push(id);
-            }
-            if take.is_empty() {
-                continue;
-            }
-            let mut update = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
-                "UPDATE deliveries SET status = 'sending', updated_at = ",
-            );
-            update
-                .push_bind(now)
-                .push(", lease_expires_at = ")
-                .push_bind(now + lease_margin_ms)
-                .push(" + 1000 * (SELECT timeout_seconds FROM destinations t WHERE t.id = deliveries.destination_id)")
-                .push(" WHERE status IN ('pending', 'retrying') AND id IN (");
-            let mut ids = update.separated(", ");
-            for id in &take {
-                ids.push_bind(id);
-            }
-            update.push(format!(") RETURNING {}", DELIVERY));
-            let rows = update
-                .build_query_as::<DeliveryRow>()
-                .fetch_all(&mut **tx)
-                .await?;
-            claimed.extend(convert_all(rows)?);
-        }
-        Ok(claimed)
+        convert_all(rows)
     }
 
     fn raw_pool(pool: &SqlitePool) -> RawPool {
