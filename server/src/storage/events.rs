@@ -384,14 +384,11 @@ where
             "SELECT {DESTINATION} FROM destinations WHERE id IN ( \
                SELECT destination_id FROM subscriptions WHERE space_id = "
         ));
-        select.push_bind(space).push(" AND event_type IN (");
-        for (i, key) in subscription_keys(event_type).into_iter().enumerate() {
-            if i > 0 {
-                select.push(", ");
-            }
-            select.push_bind(key);
-        }
-        select.push("))");
+        select
+            .push_bind(space)
+            .push(" AND event_type IN (")
+            .push_list(subscription_keys(event_type))
+            .push("))");
         let (sql, args) = select.into_parts()?;
         let destinations: Vec<Destination> = convert_all(
             sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)

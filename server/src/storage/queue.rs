@@ -240,12 +240,7 @@ where
         }
         // One look-up per destination in `deliveries_due_by_destination`, whatever its backlog.
         let mut q = Sql::<D>::new("SELECT id FROM destinations WHERE id IN (");
-        for (i, d) in destinations.iter().enumerate() {
-            if i > 0 {
-                q.push(", ");
-            }
-            q.push_bind(d.to_string());
-        }
+        q.push_list(destinations.iter().map(|d| d.to_string()));
         q.push(
             ") AND EXISTS (SELECT 1 FROM deliveries d WHERE d.destination_id = destinations.id \
              AND d.status IN ('pending', 'retrying') AND d.paused = FALSE AND d.next_attempt_at <= ",
@@ -455,14 +450,9 @@ where
         back.push_bind(until)
             .push(", updated_at = ")
             .push_bind(now)
-            .push(" WHERE status = 'sending' AND id IN (");
-        for (i, id) in ids.iter().enumerate() {
-            if i > 0 {
-                back.push(", ");
-            }
-            back.push_bind(id.to_string());
-        }
-        back.push(")");
+            .push(" WHERE status = 'sending' AND id IN (")
+            .push_list(ids.iter().map(|id| id.to_string()))
+            .push(")");
         let (sql, args) = back.into_parts()?;
         sqlx::query_with(&sql, args).execute(&mut **tx).await?;
         let (column, key) = match scope {

@@ -130,7 +130,7 @@ where
         let mut q = Sql::<D>::new(
             "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE delivery_id IN (",
         );
-        push_ids(&mut q, deliveries);
+        q.push_list(deliveries.iter().map(|d| d.to_string()));
         q.push(") LIMIT ").push_bind(limit).push(")");
         let (sql, args) = q.into_parts()?;
         let done = self
@@ -146,7 +146,7 @@ where
         let mut q = Sql::<D>::new(format!(
             "DELETE FROM deliveries WHERE status IN {FINISHED} AND id IN ("
         ));
-        push_ids(&mut q, deliveries);
+        q.push_list(deliveries.iter().map(|d| d.to_string()));
         q.push(")");
         let (sql, args) = q.into_parts()?;
         let done = self
@@ -181,14 +181,8 @@ where
         // Checked again as it deletes: an event with any delivery (waiting, sending, or
         // finished but younger) stays.
         let mut q = Sql::<D>::new("DELETE FROM events WHERE id IN (");
-        let mut ids = seen.iter().peekable();
-        while let Some((id,)) = ids.next() {
-            q.push_bind(id.clone());
-            if ids.peek().is_some() {
-                q.push(", ");
-            }
-        }
-        q.push(") AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id)");
+        q.push_list(seen.iter().map(|(id,)| id.clone()))
+            .push(") AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id)");
         let (sql, args) = q.into_parts()?;
         let done = self
             .execute(Durability::Engine, sqlx::query_with(&sql, args))
@@ -334,16 +328,3 @@ where
     }
 }
 
-/// Appends the IDs as a comma-separated list of placeholders.
-fn push_ids<D: Dialect>(q: &mut Sql<'_, D>, ids: &[DeliveryId])
-where
-    for<'q> &'q str: SqlArg<'q, D::DB>,
-    String: SqlValue<D::DB>,
-{
-    for (i, id) in ids.iter().enumerate() {
-        if i > 0 {
-            q.push(", ");
-        }
-        q.push_bind(id.to_string());
-    }
-}

@@ -76,13 +76,9 @@ where
         let mut q = Sql::<D>::new(format!(
             "SELECT {DELIVERY} FROM deliveries WHERE event_id IN ("
         ));
-        for (i, e) in events.iter().enumerate() {
-            if i > 0 {
-                q.push(", ");
-            }
-            q.push_bind(e.to_string());
-        }
-        q.push(") ORDER BY id DESC LIMIT ").push_bind(limit);
+        q.push_list(events.iter().map(|e| e.to_string()))
+            .push(") ORDER BY id DESC LIMIT ")
+            .push_bind(limit);
         let (sql, args) = q.into_parts()?;
         let rows = sqlx::query_as_with::<_, DeliveryRow, _>(&sql, args)
             .fetch_all(&self.read)

@@ -342,6 +342,22 @@ impl<'a, D: Dialect> Sql<'a, D> {
         self
     }
 
+    /// Appends the items as placeholders separated by commas, each bound: the inside of
+    /// an `IN (…)` list.
+    pub(super) fn push_list<T, I>(&mut self, items: I) -> &mut Self
+    where
+        I: IntoIterator<Item = T>,
+        T: 'a + Encode<'a, D::DB> + Type<D::DB>,
+    {
+        for (i, item) in items.into_iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.push_bind(item);
+        }
+        self
+    }
+
     /// Appends `VALUES (…), (…)`, one row per item, its values written by `row`.
     pub(super) fn push_values<I>(
         &mut self,
