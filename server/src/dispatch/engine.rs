@@ -113,6 +113,34 @@ impl Hints {
     }
 }
 
+/// The earliest due time as the engine last read it, kept while nothing can have moved it
+/// earlier: an idle engine woken by a hint (a publish, an ended attempt) goes back to
+/// sleep without reading `next_due_at` again, which at low load was two reads per event.
+/// Anything that may make a delivery due sooner than the known time forgets it: a
+/// scheduled publish, a wake, a retry or a lost attempt written, a rate limit's "not now".
+/// Other instances' writes are seen at the next poll (the sleep never passes it).
+#[derive(Default)]
+struct NextDue(Mutex<Option<Option<UnixMs>>>);
+
+impl NextDue {
+    /// The time known, when there is one still ahead of `now` (or none waiting at all).
+    fn known(&self, now: UnixMs) -> Option<Option<UnixMs>> {
+        match *self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(Some(at)) if at > now => Some(Some(at)),
+            Some(None) => Some(None),
+            _ => None,
+        }
+    }
+
+    fn set(&self, at: Option<UnixMs>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
+    }
+
+    fn forget(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
 /// What the rest of the server holds of the engine: the way to say that work is due.
 /// Everything that writes or releases deliveries (publishing, posting a message, a
 /// resend, re-enabling a destination) gets a clone.
@@ -120,6 +148,7 @@ impl Hints {
 pub struct EngineHandle {
     wake: Arc<Notify>,
     hints: Arc<Hints>,
+    next_due: Arc<NextDue>,
 }
 
 impl EngineHandle {
@@ -133,12 +162,14 @@ impl EngineHandle {
     /// engine looks again at when the next delivery is due, in case it sleeps past it.
     /// Nothing is claimed early: a claim takes only deliveries due by then.
     pub fn scheduled(&self) {
+        self.next_due.forget();
         self.hints.notify.notify_one();
     }
 
     /// Deliveries were written or released without naming their destinations (a bulk
     /// resend, a re-enabled destination): the engine looks at the whole queue.
     pub fn wake(&self) {
+        self.next_due.forget();
         self.wake.notify_one();
     }
 }
@@ -289,6 +320,7 @@ impl Engine {
             match claimed {
                 Ok(claimed) => {
                     if claimed.held_by_plan > 0 {
+                        self.handle.next_due.forget();
                         self.metrics
                             .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
                     }
@@ -407,7 +439,16 @@ impl Engine {
     ) -> bool {
         let poll = self.settings.idle_poll;
         let now = now_ms();
-        let next_due = self.storage.next_due_at().await;
+        let next_due = match self.handle.next_due.known(now) {
+            Some(known) => Ok(known),
+            None => {
+                let read = self.storage.next_due_at().await;
+                if let Ok(at) = read {
+                    self.handle.next_due.set(at);
+                }
+                read
+            }
+        };
         if next_due.is_ok() {
             backoff.succeeded();
         }
@@ -423,12 +464,17 @@ impl Engine {
                 poll.max(wait)
             }
         };
-        tokio::select! {
+        let rescan = tokio::select! {
             _ = shutdown.cancelled() => true,
             _ = self.handle.wake.notified() => true,
             _ = self.handle.hints.notify.notified() => false,
             _ = tokio::time::sleep(sleep) => true,
+        };
+        // Woken by a timer or without names: read the queue's next due time afresh.
+        if rescan {
+            self.handle.next_due.forget();
         }
+        rescan
     }
 
     /// Claims whose lease ran out belong to a worker that died: record them as `lost`.
@@ -440,6 +486,10 @@ impl Engine {
                 return;
             }
         };
+        if !expired.is_empty() {
+            // Due again at once: the idle engine must not sleep on an older time.
+            self.handle.next_due.forget();
+        }
         for d in expired {
             let attempt = lost_attempt(
                 &d,
@@ -524,6 +574,7 @@ impl Engine {
                 .await?
             {
                 let now = now_ms();
+                self.handle.next_due.forget();
                 self.metrics
                     .held_back(crate::metrics::HeldBy::Destination, 1);
                 return self
@@ -542,6 +593,7 @@ impl Engine {
         let outcome = tokio::select! {
             outcome = self.attempt(d, &destination, &event) => outcome,
             _ = cut_short.cancelled() => {
+                self.handle.next_due.forget();
                 let attempt = lost_attempt(d, started, "the attempt was cut short by a shutdown");
                 let finished = FinishedAttempt {
                     attempt,
@@ -574,6 +626,10 @@ impl Engine {
                 }
             }
         };
+        if matches!(next, NextStep::Retry { .. } | NextStep::Lost { .. }) {
+            // Due again later, maybe before the time the idle engine knows.
+            self.handle.next_due.forget();
+        }
         let finished = FinishedAttempt {
             attempt: outcome.attempt,
             destination_id: d.destination_id,
