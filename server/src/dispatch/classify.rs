@@ -295,7 +295,11 @@ mod tests {
             ))))
             .build()
             .unwrap();
-        let err = send_error(&client, &format!("http://{}/", crate::testkit::UNRESOLVABLE_HOST)).await;
+        let err = send_error(
+            &client,
+            &format!("http://{}/", crate::testkit::UNRESOLVABLE_HOST),
+        )
+        .await;
         assert_eq!(classify_error(&err), ErrorClass::Dns, "{err:?}");
     }
 

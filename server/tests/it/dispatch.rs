@@ -6,7 +6,9 @@ use serde_json::json;
 use server::dispatch::signing;
 
 use crate::on_both_backends;
-use server::testkit::{eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply, UNRESOLVABLE_HOST};
+use server::testkit::{
+    eventually, spawn_app, spawn_app_with_config, test_config, Receiver, Reply, UNRESOLVABLE_HOST,
+};
 
 /// A policy that retries in milliseconds, so tests need no long sleeps.
 fn fast(preset: &str) -> serde_json::Value {
