@@ -40,7 +40,10 @@ impl Store<Sqlite> {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
+            .busy_timeout(Duration::from_secs(10))
+            // Statement journals and sorts in memory: on disk each was a file created and
+            // unlinked in /var/tmp, which a publish and a claim did once an event.
+            .pragma("temp_store", "memory");
         if let Some(parent) = options.get_filename().parent() {
             if !parent.as_os_str().is_empty() {
                 std::fs::create_dir_all(parent)?;
