@@ -116,8 +116,9 @@ impl Hints {
 /// The earliest due time as the engine last read it, kept while nothing can have moved it
 /// earlier: an idle engine woken by a hint (a publish, an ended attempt) goes back to
 /// sleep without reading `next_due_at` again, which at low load was two reads per event.
-/// Anything that may make a delivery due sooner than the known time forgets it: a
-/// scheduled publish, a wake, a retry or a lost attempt written, a rate limit's "not now".
+/// Anything that may make a delivery due sooner than the known time forgets it, after its
+/// write has committed (so a read made before the write cannot stay known): a scheduled
+/// publish, a wake, a retry or a lost attempt, a rate limit's "not now", a plan hold.
 /// Other instances' writes are seen at the next poll (the sleep never passes it).
 #[derive(Default)]
 struct NextDue(Mutex<Option<Option<UnixMs>>>);
@@ -486,10 +487,7 @@ impl Engine {
                 return;
             }
         };
-        if !expired.is_empty() {
-            // Due again at once: the idle engine must not sleep on an older time.
-            self.handle.next_due.forget();
-        }
+        let recovered = !expired.is_empty();
         for d in expired {
             let attempt = lost_attempt(
                 &d,
@@ -524,6 +522,10 @@ impl Engine {
                     tracing::error!(delivery.id = %d.id, error = %e, "recording a lost attempt failed")
                 }
             }
+        }
+        if recovered {
+            // Due again at once, now written: the idle engine must not sleep on an older time.
+            self.handle.next_due.forget();
         }
     }
 
@@ -574,13 +576,15 @@ impl Engine {
                 .await?
             {
                 let now = now_ms();
-                self.handle.next_due.forget();
                 self.metrics
                     .held_back(crate::metrics::HeldBy::Destination, 1);
-                return self
+                let deferred = self
                     .storage
                     .defer_rate_limited(d.id, RateScope::Destination(destination.id), now + ms, now)
                     .await;
+                // Forgotten once written, so a read before the write cannot stay known.
+                self.handle.next_due.forget();
+                return deferred;
             }
         }
 
@@ -593,7 +597,6 @@ impl Engine {
         let outcome = tokio::select! {
             outcome = self.attempt(d, &destination, &event) => outcome,
             _ = cut_short.cancelled() => {
-                self.handle.next_due.forget();
                 let attempt = lost_attempt(d, started, "the attempt was cut short by a shutdown");
                 let finished = FinishedAttempt {
                     attempt,
@@ -602,6 +605,7 @@ impl Engine {
                     only_if_lease_expired_before: None,
                 };
                 let effects = self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await?;
+                self.handle.next_due.forget();
                 self.count(&finished, &effects);
                 return Ok(());
             }
@@ -626,10 +630,8 @@ impl Engine {
                 }
             }
         };
-        if matches!(next, NextStep::Retry { .. } | NextStep::Lost { .. }) {
-            // Due again later, maybe before the time the idle engine knows.
-            self.handle.next_due.forget();
-        }
+        // Due again later, maybe before the time the idle engine knows.
+        let due_again = matches!(next, NextStep::Retry { .. } | NextStep::Lost { .. });
         let finished = FinishedAttempt {
             attempt: outcome.attempt,
             destination_id: d.destination_id,
@@ -643,6 +645,11 @@ impl Engine {
             finished.attempt.duration_ms,
         );
         let effects = self.finish(finished).await?;
+        if due_again {
+            // Forgotten once written (the hint that follows wakes the idle engine), so a
+            // read made before the write cannot stay known.
+            self.handle.next_due.forget();
+        }
         self.count_parts(next, class, Some(duration_ms), &effects);
         tracing::debug!(
             delivery.id = %d.id,
