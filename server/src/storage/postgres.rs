@@ -3,8 +3,8 @@
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::deliveries::{DeliveryRow, DELIVERY};
-use super::queue::{claim_sql, fifo_head};
+use super::deliveries::DeliveryRow;
+use super::queue::{claim_for_tail, claim_sql, fifo_head};
 use super::store::{convert_all, Dialect, Store};
 use super::write::{WriteTx, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
@@ -122,20 +122,9 @@ impl Dialect for Postgres {
                WHERE targets.fifo AND $4 >= 1 \
                  AND NOT EXISTS (SELECT 1 FROM busy WHERE busy.destination_id = targets.destination_id) \
                  AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
-             ), ranked AS ( \
-               SELECT id, status, next_attempt_at, ord, \
-                 ROW_NUMBER() OVER (PARTITION BY status ORDER BY next_attempt_at, id) AS nth FROM due \
-             ), chosen AS ( \
-               SELECT id FROM ranked WHERE status = 'pending' OR nth <= $5 \
-               ORDER BY ord, next_attempt_at, id LIMIT $6 \
-             ) \
-             UPDATE deliveries SET status = 'sending', updated_at = $2, \
-               lease_expires_at = $2 + $7 + 1000 * (SELECT timeout_seconds FROM destinations d \
-                                                    WHERE d.id = deliveries.destination_id) \
-             WHERE id IN (SELECT id FROM chosen) \
-             RETURNING {}",
-            DELIVERY,
+             ){tail}",
             head = fifo_head("targets.destination_id"),
+            tail = claim_for_tail("due"),
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
         let rows = sqlx::query_as::<_, DeliveryRow>(&sql)

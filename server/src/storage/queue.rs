@@ -75,6 +75,27 @@ pub(super) fn claim_sql(due_index: &str) -> String {
     )
 }
 
+/// The end of both dialects' `claim_for` statement, after their `due` candidates (each
+/// destination's, cut to its free slots; `from` names that set): at most `$5` of them
+/// retries, the hinted destinations' order first (`ord`), at most `$6`, moved to
+/// `sending` under a lease of the destination's timeout and `$7` from `$2`, now.
+pub(super) fn claim_for_tail(from: &str) -> String {
+    format!(
+        ", ranked AS ( \
+           SELECT id, status, next_attempt_at, ord, \
+             ROW_NUMBER() OVER (PARTITION BY status ORDER BY next_attempt_at, id) AS nth FROM {from} \
+         ), chosen AS ( \
+           SELECT id FROM ranked WHERE status = 'pending' OR nth <= $5 \
+           ORDER BY ord, next_attempt_at, id LIMIT $6 \
+         ) \
+         UPDATE deliveries SET status = 'sending', updated_at = $2, \
+           lease_expires_at = $2 + $7 + 1000 * (SELECT timeout_seconds FROM destinations d \
+                                                WHERE d.id = deliveries.destination_id) \
+         WHERE id IN (SELECT id FROM chosen) \
+         RETURNING {DELIVERY}"
+    )
+}
+
 /// What the dispatch engine uses, and nothing else: the due queue, the records of
 /// attempts, the rate windows, and the reads of a delivery's destination, event and plan.
 #[async_trait]

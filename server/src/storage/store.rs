@@ -201,11 +201,7 @@ where
         R: for<'r> sqlx::FromRow<'r, DbRow<D>> + Send + Unpin,
     {
         let mut q = Sql::<D>::new(format!("SELECT {columns} FROM {table} WHERE {owner} = "));
-        q.push_bind(key).push(only);
-        if let Some(before) = page.before {
-            q.push(" AND id < ").push_bind(before.to_string());
-        }
-        q.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit);
+        q.push_bind(key).push(only).push_newest_first(page);
         let (sql, args) = q.into_parts()?;
         Ok(sqlx::query_as_with::<_, R, _>(&sql, args)
             .fetch_all(&self.read)
@@ -243,10 +239,7 @@ where
                 q.push(")");
             }
         }
-        if let Some(before) = page.before {
-            q.push(" AND id < ").push_bind(before.to_string());
-        }
-        q.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit);
+        q.push_newest_first(page);
         let (sql, args) = q.into_parts()?;
         Ok(sqlx::query_as_with::<_, R, _>(&sql, args)
             .fetch_all(&self.read)
@@ -356,6 +349,19 @@ impl<'a, D: Dialect> Sql<'a, D> {
             self.push_bind(item);
         }
         self
+    }
+
+    /// Ends a keyset page's query: the cursor, pushed only when there is one (so both
+    /// planners read a range of the index), newest first, the page's size.
+    pub(super) fn push_newest_first<I: ToString>(&mut self, page: Page<I>) -> &mut Self
+    where
+        String: Encode<'a, D::DB> + Type<D::DB>,
+        i64: Encode<'a, D::DB> + Type<D::DB>,
+    {
+        if let Some(before) = page.before {
+            self.push(" AND id < ").push_bind(before.to_string());
+        }
+        self.push(" ORDER BY id DESC LIMIT ").push_bind(page.limit)
     }
 
     /// Appends `VALUES (…), (…)`, one row per item, its values written by `row`.
