@@ -267,6 +267,26 @@ fn cpu_seconds_of(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Context switches (voluntary and not) made so far by the threads of the process `pid`
+/// (`self`: this one) that are alive. Each round trip between tokio and a database
+/// connection's thread costs some, and on a virtual machine waking an idle vCPU is dear.
+fn context_switches_of(pid: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches:"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
 /// The peak resident memory of this process's sandbox workers, summed (MB).
 fn sandbox_workers_peak_rss_mb() -> f64 {
     let me = std::process::id().to_string();
@@ -936,6 +956,8 @@ struct CpuMark {
     me: f64,
     server: f64,
     receiver: f64,
+    /// Context switches of the server's threads (this process's, in process).
+    switches: u64,
 }
 
 impl CpuMark {
@@ -945,6 +967,9 @@ impl CpuMark {
             me: cpu_seconds_of("self"),
             server: of(procs.server),
             receiver: of(procs.receiver),
+            switches: context_switches_of(
+                &procs.server.map_or("self".to_owned(), |p| p.to_string()),
+            ),
         }
     }
 
@@ -952,6 +977,7 @@ impl CpuMark {
     fn print_per_delivery(&self, procs: &Processes, deliveries: usize) {
         let now = Self::now(procs);
         let per = |used: f64| used / deliveries.max(1) as f64 * 1e6;
+        let switches = now.switches.saturating_sub(self.switches) as f64 / deliveries.max(1) as f64;
         if procs.server.is_some() {
             println!(
                 "  CPU per delivery: server {:.0} µs (partyflow serve); receiver {:.0} µs; load generator {:.0} µs",
@@ -959,11 +985,13 @@ impl CpuMark {
                 per(now.receiver - self.receiver),
                 per(now.me - self.me)
             );
+            println!("  context switches per delivery: server {switches:.1}");
         } else {
             println!(
                 "  CPU per delivery (the whole process: server, load generator and receiver): {:.0} µs",
                 per(now.me - self.me)
             );
+            println!("  context switches per delivery (the whole process): {switches:.1}");
         }
     }
 }
