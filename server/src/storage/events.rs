@@ -84,6 +84,26 @@ where
     ) -> Result<Vec<Result<Published>>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         let mut tx = writer.begin().await?;
+        if let [new] = batch {
+            // A group of one (every publish at low load) needs no savepoint: the
+            // transaction is the event's own, rolled back when it is refused. Two
+            // statements fewer, each a round trip to the connection's thread on SQLite.
+            let result = Self::publish_in(&mut tx, new, now).await;
+            if matches!(result, Ok(Some(_))) {
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+            drop(writer);
+            return Ok(vec![match result {
+                Ok(Some(published)) => Ok(published),
+                Ok(None) => {
+                    let key = new.idempotency_key.as_deref().unwrap_or_default();
+                    self.first_answer(new.event.space_id, key).await
+                }
+                Err(e) => Err(e),
+            }]);
+        }
         // `None`: the idempotency key was taken (read the first answer after the commit).
         let mut outcomes: Vec<Option<Result<Option<Published>>>> =
             (0..batch.len()).map(|_| None).collect();
