@@ -325,15 +325,17 @@ impl Engine {
                         self.metrics
                             .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
                     }
+                    let mut events = claimed.events;
                     for delivery in claimed.deliveries {
                         let Ok(permit) = permits.clone().acquire_owned().await else {
                             break;
                         };
+                        let event = events.remove(&delivery.id);
                         let retry = RetryGuard::new(delivery.attempts > 0, &self.retries_in_flight);
                         let engine = self.clone();
                         let cut = cut_short.clone();
                         tracker.spawn(async move {
-                            engine.deliver(delivery, cut, permit).await;
+                            engine.deliver(delivery, event, cut, permit).await;
                             drop(retry);
                         });
                     }
@@ -532,11 +534,12 @@ impl Engine {
     async fn deliver(
         self: Arc<Self>,
         d: Delivery,
+        event: Option<Arc<Event>>,
         cut_short: CancellationToken,
         _permit: OwnedSemaphorePermit,
     ) {
         let in_flight = self.metrics.in_flight();
-        if let Err(e) = self.try_deliver(&d, &cut_short).await {
+        if let Err(e) = self.try_deliver(&d, event, &cut_short).await {
             tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
         }
         drop(in_flight);
@@ -547,6 +550,7 @@ impl Engine {
     async fn try_deliver(
         &self,
         d: &Delivery,
+        event: Option<Arc<Event>>,
         cut_short: &CancellationToken,
     ) -> Result<(), StorageError> {
         let destination = match self.storage.destination_of(d).await {
@@ -557,7 +561,12 @@ impl Engine {
         if destination.status == DestinationStatus::Inactive {
             return self.storage.release_claim(d.id, true, now_ms()).await;
         }
-        let event = self.storage.event_of(d).await?;
+        // Read by the claim; a delivery without it (its event deleted meanwhile) reads it
+        // here, and finds it gone.
+        let event = match event {
+            Some(event) => event,
+            None => Arc::new(self.storage.event_of(d).await?),
+        };
         let policy = RetryPolicy::parse(Some(&destination.retry_policy), Some(destination.max_attempts))
             .unwrap_or_else(|e| {
                 tracing::error!(destination.id = %destination.id, error = %e, "stored retry policy is invalid; using the default");

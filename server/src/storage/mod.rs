@@ -363,6 +363,9 @@ pub struct PlanLimits {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Claimed {
     pub deliveries: Vec<Delivery>,
+    /// The event of each delivery (by delivery ID), read by the claim itself; one whose
+    /// event was deleted meanwhile has none.
+    pub events: std::collections::HashMap<DeliveryId, Arc<Event>>,
     pub held_by_plan: u64,
 }
 

@@ -3,9 +3,8 @@
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::deliveries::DeliveryRow;
-use super::queue::{claim_for_tail, claim_sql, fifo_head};
-use super::store::{convert_all, Dialect, Store};
+use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
+use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
@@ -74,8 +73,8 @@ impl Dialect for Postgres {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>> {
-        let rows = sqlx::query_as::<_, DeliveryRow>(&claim_sql(Self::DUE_INDEX))
+    ) -> Result<Vec<ClaimedOne>> {
+        let rows = sqlx::query_as::<_, ClaimedRow>(&claim_sql(Self::DUE_INDEX))
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
@@ -83,7 +82,7 @@ impl Dialect for Postgres {
             .bind(limits.retries)
             .fetch_all(&mut **tx)
             .await?;
-        convert_all(rows)
+        claimed_from(rows)
     }
 
     /// One statement for all the destinations (each one's earliest due deliveries through
@@ -96,7 +95,7 @@ impl Dialect for Postgres {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>> {
+    ) -> Result<Vec<ClaimedOne>> {
         let sql = format!(
             "WITH targets AS ( \
                SELECT t.destination_id, t.ord, COALESCE(dst.ordering = 'fifo', FALSE) AS fifo \
@@ -127,7 +126,7 @@ impl Dialect for Postgres {
             tail = claim_for_tail("due"),
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
-        let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
+        let rows = sqlx::query_as::<_, ClaimedRow>(&sql)
             .bind(&ids)
             .bind(now)
             .bind(limits.retries > 0)
@@ -137,7 +136,7 @@ impl Dialect for Postgres {
             .bind(lease_margin_ms)
             .fetch_all(&mut **tx)
             .await?;
-        convert_all(rows)
+        claimed_from(rows)
     }
 
     fn raw_pool(pool: &PgPool) -> RawPool {

@@ -5,8 +5,13 @@
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use super::deliveries::{DeliveryRow, DELIVERY};
-use super::store::{convert_all, Args, Conn, DbRow, Dialect, Sql, SqlArg, SqlValue, Store};
+use super::store::{
+    convert_all, Args, Conn, DbRow, Dialect, RowsAffected as _, Sql, SqlArg, SqlValue, Store,
+};
 use super::write::{Durability, WriteTx};
 use super::*;
 
@@ -69,8 +74,7 @@ pub(super) fn claim_sql(due_index: &str) -> String {
            lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations t \
                                                 WHERE t.id = deliveries.destination_id) \
          WHERE id IN (SELECT id FROM chosen) \
-         RETURNING {}",
-        DELIVERY,
+         RETURNING {DELIVERY}{CLAIMED_WITH}",
         head = fifo_head("fifo.id"),
     )
 }
@@ -92,8 +96,73 @@ pub(super) fn claim_for_tail(from: &str) -> String {
            lease_expires_at = $2 + $7 + 1000 * (SELECT timeout_seconds FROM destinations d \
                                                 WHERE d.id = deliveries.destination_id) \
          WHERE id IN (SELECT id FROM chosen) \
-         RETURNING {DELIVERY}"
+         RETURNING {DELIVERY}{CLAIMED_WITH}"
     )
+}
+
+/// What a claim returns of each delivery besides its own columns: its space's plan, for
+/// the plan limit applied in the claim's transaction, and its event, for the attempt.
+/// Primary-key look-ups inside the claim statement, in place of a statement for each
+/// space and one read for each delivery, every one of them a round trip.
+const CLAIMED_WITH: &str =
+    ", (SELECT plan FROM spaces s WHERE s.id = deliveries.space_id) AS plan, \
+     (SELECT payload FROM events ev WHERE ev.id = deliveries.event_id) AS event_payload, \
+     (SELECT created_at FROM events ev WHERE ev.id = deliveries.event_id) AS event_created_at, \
+     (SELECT deliver_at FROM events ev WHERE ev.id = deliveries.event_id) AS event_deliver_at";
+
+/// A row of a claim statement ([`CLAIMED_WITH`]).
+#[derive(sqlx::FromRow)]
+pub(super) struct ClaimedRow {
+    #[sqlx(flatten)]
+    delivery: DeliveryRow,
+    plan: Option<String>,
+    event_payload: Option<String>,
+    event_created_at: Option<i64>,
+    event_deliver_at: Option<i64>,
+}
+
+/// A claimed delivery with its space's plan and its event (`None`: deleted meanwhile).
+pub struct ClaimedOne {
+    delivery: Delivery,
+    plan: Option<Plan>,
+    event: Option<Arc<Event>>,
+}
+
+/// The claim statement's rows, each event parsed once however many deliveries carry it.
+pub(super) fn claimed_from(rows: Vec<ClaimedRow>) -> Result<Vec<ClaimedOne>> {
+    let mut events: HashMap<EventId, Arc<Event>> = HashMap::new();
+    rows.into_iter()
+        .map(|row| {
+            let delivery = Delivery::try_from(row.delivery)?;
+            let plan = row
+                .plan
+                .map(|p| super::store::parse::<Plan>("spaces.plan", &p))
+                .transpose()?;
+            let event = match (row.event_payload, row.event_created_at) {
+                (Some(payload), Some(created_at)) => Some(match events.get(&delivery.event_id) {
+                    Some(event) => event.clone(),
+                    None => {
+                        let event = Arc::new(Event {
+                            id: delivery.event_id,
+                            space_id: delivery.space_id,
+                            event_type: delivery.event_type.clone(),
+                            payload: super::store::json("events.payload", &payload)?,
+                            created_at,
+                            deliver_at: row.event_deliver_at,
+                        });
+                        events.insert(delivery.event_id, event.clone());
+                        event
+                    }
+                }),
+                _ => None,
+            };
+            Ok(ClaimedOne {
+                delivery,
+                plan,
+                event,
+            })
+        })
+        .collect()
 }
 
 /// What the dispatch engine uses, and nothing else: the due queue, the records of
@@ -231,7 +300,7 @@ where
         D::lock_claims(&mut tx).await?;
         let mut batch =
             D::claim_for_in(&mut tx, destinations, now, limit, lease_margin_ms, limits).await?;
-        batch.sort_by_key(|d| (d.next_attempt_at, d.id));
+        batch.sort_by_key(|c| (c.delivery.next_attempt_at, c.delivery.id));
         let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
         tx.commit().await?;
         Ok(claimed)
@@ -427,23 +496,39 @@ where
             .bind(now - window_ms)
             .execute(&mut **tx)
             .await?;
-        let (count, oldest): (i64, Option<i64>) =
-            sqlx::query_as("SELECT COUNT(*), MIN(at) FROM rate_events WHERE key = $1")
-                .bind(key)
-                .fetch_one(&mut **tx)
-                .await?;
-        let granted = wanted.min(limit - count).max(0);
-        // One statement for the whole batch's slots (a claim asks for up to 256 at once).
-        for chunk in 0..(granted + RATE_ROWS_PER_INSERT - 1) / RATE_ROWS_PER_INSERT {
-            let rows = (granted - chunk * RATE_ROWS_PER_INSERT).min(RATE_ROWS_PER_INSERT);
-            let mut insert = Sql::<D>::new("INSERT INTO rate_events (key, at) ");
-            insert.push_values(0..rows, |mut row, _| {
-                row.push_bind(key).push_bind(now);
-            });
+        // What is left of the window is taken by the INSERT itself: each numbered row goes
+        // in while the key's count leaves room for it (the count sees the rows of the
+        // chunks before), so the common case is one statement, not a count and an insert.
+        let mut granted = 0;
+        for chunk in 0..(wanted + RATE_ROWS_PER_INSERT - 1) / RATE_ROWS_PER_INSERT {
+            let rows = (wanted - chunk * RATE_ROWS_PER_INSERT).min(RATE_ROWS_PER_INSERT);
+            let mut insert = Sql::<D>::new("INSERT INTO rate_events (key, at) SELECT ");
+            insert
+                .push_bind(key)
+                .push(", ")
+                .push_bind(now)
+                .push(" FROM (VALUES ");
+            let numbers: Vec<String> = (1..=rows).map(|n| format!("({n})")).collect();
+            insert
+                .push(numbers.join(", "))
+                .push(") AS v WHERE v.column1 <= ")
+                .push_bind(limit)
+                .push(" - (SELECT COUNT(*) FROM rate_events WHERE key = ")
+                .push_bind(key)
+                .push(")");
             let (sql, args) = insert.into_parts()?;
-            sqlx::query_with(&sql, args).execute(&mut **tx).await?;
+            let done = sqlx::query_with(&sql, args).execute(&mut **tx).await?;
+            granted += done.rows_affected() as i64;
+            if (done.rows_affected() as i64) < rows {
+                break;
+            }
         }
         let wait = if granted < wanted {
+            let oldest: Option<i64> =
+                sqlx::query_scalar("SELECT MIN(at) FROM rate_events WHERE key = $1")
+                    .bind(key)
+                    .fetch_one(&mut **tx)
+                    .await?;
             (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
         } else {
             0
@@ -497,62 +582,59 @@ where
     /// order, the rest is given back at once as `rate_limited`.
     async fn within_plans_in(
         tx: &mut WriteTx<'_, D::DB>,
-        batch: Vec<Delivery>,
+        batch: Vec<ClaimedOne>,
         plans: Option<PlanLimits>,
         now: UnixMs,
     ) -> Result<Claimed> {
-        let Some(plans) = plans.filter(|_| !batch.is_empty()) else {
-            return Ok(Claimed {
-                deliveries: batch,
-                held_by_plan: 0,
-            });
-        };
-        let mut spaces: Vec<SpaceId> = Vec::new();
-        for d in &batch {
-            if !spaces.contains(&d.space_id) {
-                spaces.push(d.space_id);
-            }
-        }
         let mut held: std::collections::HashSet<DeliveryId> = Default::default();
-        for space in spaces {
-            let in_space: Vec<DeliveryId> = batch
-                .iter()
-                .filter(|d| d.space_id == space)
-                .map(|d| d.id)
-                .collect();
-            let plan: Option<String> = sqlx::query_scalar("SELECT plan FROM spaces WHERE id = $1")
-                .bind(space.to_string())
-                .fetch_optional(&mut **tx)
+        if let Some(plans) = plans {
+            let mut spaces: Vec<(SpaceId, Plan)> = Vec::new();
+            for c in &batch {
+                // A space deleted meanwhile took its deliveries with it: nothing to hold.
+                if let Some(plan) = c.plan {
+                    if !spaces.iter().any(|(s, _)| *s == c.delivery.space_id) {
+                        spaces.push((c.delivery.space_id, plan));
+                    }
+                }
+            }
+            for (space, plan) in spaces {
+                let in_space: Vec<DeliveryId> = batch
+                    .iter()
+                    .filter(|c| c.delivery.space_id == space)
+                    .map(|c| c.delivery.id)
+                    .collect();
+                let wanted = in_space.len() as i64;
+                let (granted, wait) = Self::take_slots_in(
+                    tx,
+                    &format!("plan:{space}"),
+                    wanted,
+                    plans.per_second.for_plan(plan),
+                    plans.window_ms,
+                    now,
+                )
                 .await?;
-            // A space deleted meanwhile took its deliveries with it: nothing to hold.
-            let Some(plan) = plan else { continue };
-            let plan: Plan = super::store::parse("spaces.plan", &plan)?;
-            let wanted = in_space.len() as i64;
-            let (granted, wait) = Self::take_slots_in(
-                tx,
-                &format!("plan:{space}"),
-                wanted,
-                plans.per_second.for_plan(plan),
-                plans.window_ms,
-                now,
-            )
-            .await?;
-            let refused = &in_space[granted as usize..];
-            if !refused.is_empty() {
-                let now = now.max(crate::clock::now_ms());
-                Self::defer_in(tx, refused, RateScope::Space(space), now + wait, now).await?;
-                held.extend(refused.iter().copied());
+                let refused = &in_space[granted as usize..];
+                if !refused.is_empty() {
+                    let now = now.max(crate::clock::now_ms());
+                    Self::defer_in(tx, refused, RateScope::Space(space), now + wait, now).await?;
+                    held.extend(refused.iter().copied());
+                }
             }
         }
-        let held_by_plan = held.len() as u64;
-        let deliveries = batch
-            .into_iter()
-            .filter(|d| !held.contains(&d.id))
-            .collect();
-        Ok(Claimed {
-            deliveries,
-            held_by_plan,
-        })
+        let mut claimed = Claimed {
+            held_by_plan: held.len() as u64,
+            ..Default::default()
+        };
+        for c in batch {
+            if held.contains(&c.delivery.id) {
+                continue;
+            }
+            if let Some(event) = c.event {
+                claimed.events.insert(c.delivery.id, event);
+            }
+            claimed.deliveries.push(c.delivery);
+        }
+        Ok(claimed)
     }
     /// One finished attempt and its consequences, inside `tx`.
     async fn finish_in(

@@ -12,9 +12,8 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 
-use super::deliveries::DeliveryRow;
-use super::queue::{claim_for_tail, claim_sql, fifo_head};
-use super::store::{convert_all, Dialect, Store};
+use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
+use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
@@ -49,15 +48,20 @@ impl Store<Sqlite> {
                 std::fs::create_dir_all(parent)?;
             }
         }
+        // No ping before a pooled connection is handed out (sqlx's default): a connection to
+        // a local file cannot go stale, and the ping was a round trip to the connection's
+        // thread on every acquire (about ten per event).
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
         // The engine's own bookkeeping commits with `synchronous = NORMAL` ([`Durability::Engine`]).
         let engine_pool = SqlitePoolOptions::new()
             .max_connections(4)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
             .connect_with(options.synchronous(SqliteSynchronous::Normal))
             .await?;
         let writes = Writes::new(
@@ -105,9 +109,9 @@ impl Dialect for Sqlite {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>> {
+    ) -> Result<Vec<ClaimedOne>> {
         let sql = claim_sql(Self::DUE_INDEX);
-        let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
+        let rows = sqlx::query_as::<_, ClaimedRow>(&sql)
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
@@ -115,7 +119,7 @@ impl Dialect for Sqlite {
             .bind(limits.retries)
             .fetch_all(&mut **tx)
             .await?;
-        convert_all(rows)
+        claimed_from(rows)
     }
 
     /// One statement for all the destinations, like PostgreSQL's: each one's earliest due
@@ -130,7 +134,7 @@ impl Dialect for Sqlite {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<Delivery>> {
+    ) -> Result<Vec<ClaimedOne>> {
         let sql = format!(
             "WITH targets AS ( \
                SELECT t.value AS destination_id, t.key AS ord, \
@@ -163,7 +167,7 @@ impl Dialect for Sqlite {
             tail = claim_for_tail("fits"),
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
-        let rows = sqlx::query_as::<_, DeliveryRow>(&sql)
+        let rows = sqlx::query_as::<_, ClaimedRow>(&sql)
             .bind(serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?)
             .bind(now)
             .bind(limits.retries > 0)
@@ -173,7 +177,7 @@ impl Dialect for Sqlite {
             .bind(lease_margin_ms)
             .fetch_all(&mut **tx)
             .await?;
-        convert_all(rows)
+        claimed_from(rows)
     }
 
     fn raw_pool(pool: &SqlitePool) -> RawPool {

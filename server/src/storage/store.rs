@@ -42,7 +42,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 
 use super::write::{Durability, WriteTx, Writes};
 use super::{Backend, ClaimLimits, Page, RawPool, Result, StorageError};
-use crate::domain::{Delivery, DestinationId, UnixMs};
+use crate::domain::{DestinationId, UnixMs};
 
 /// What differs between SQLite and PostgreSQL; everything else is [`Store`]'s shared SQL.
 pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
@@ -73,7 +73,7 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> impl Future<Output = Result<Vec<Delivery>>> + Send;
+    ) -> impl Future<Output = Result<Vec<super::queue::ClaimedOne>>> + Send;
 
     /// [`super::DispatchQueue::claim_for`]'s deliveries, inside its transaction, as
     /// [`Dialect::claim_in`].
@@ -84,7 +84,7 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> impl Future<Output = Result<Vec<Delivery>>> + Send;
+    ) -> impl Future<Output = Result<Vec<super::queue::ClaimedOne>>> + Send;
 
     /// The pool, typed by backend (the console's session store, tests, the benchmark).
     fn raw_pool(pool: &Pool<Self::DB>) -> RawPool;
