@@ -50,7 +50,7 @@ impl Store<Sqlite> {
         }
         // No ping before a pooled connection is handed out (sqlx's default): a connection to
         // a local file cannot go stale, and the ping was a round trip to the connection's
-        // thread on every acquire (about ten per event).
+        // thread on every acquire.
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
