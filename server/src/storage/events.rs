@@ -95,14 +95,7 @@ where
                 tx.rollback().await?;
             }
             drop(writer);
-            return Ok(vec![match result {
-                Ok(Some(published)) => Ok(published),
-                Ok(None) => {
-                    let key = new.idempotency_key.as_deref().unwrap_or_default();
-                    self.first_answer(new.event.space_id, key).await
-                }
-                Err(e) => Err(e),
-            }]);
+            return Ok(vec![self.answer_of(new, result).await]);
         }
         // `None`: the idempotency key was taken (read the first answer after the commit).
         let mut outcomes: Vec<Option<Result<Option<Published>>>> =
@@ -160,14 +153,8 @@ where
         drop(writer);
         let mut answers = Vec::with_capacity(batch.len());
         for (new, outcome) in batch.iter().zip(outcomes) {
-            answers.push(match outcome.expect("every event was written or refused") {
-                Ok(Some(published)) => Ok(published),
-                Ok(None) => {
-                    let key = new.idempotency_key.as_deref().unwrap_or_default();
-                    self.first_answer(new.event.space_id, key).await
-                }
-                Err(e) => Err(e),
-            });
+            let outcome = outcome.expect("every event was written or refused");
+            answers.push(self.answer_of(new, outcome).await);
         }
         Ok(answers)
     }
@@ -594,6 +581,23 @@ where
         Self::count_skipped(tx, skipped.into_iter()).await?;
         Self::count_filtered(tx, filtered.into_iter()).await?;
         Ok(answers)
+    }
+
+    /// The answer to one published event: what it wrote, or, when its idempotency key
+    /// was taken (`Ok(None)`), the key's first answer, read after the commit.
+    async fn answer_of(
+        &self,
+        new: &NewEvent,
+        outcome: Result<Option<Published>>,
+    ) -> Result<Published> {
+        match outcome {
+            Ok(Some(published)) => Ok(published),
+            Ok(None) => {
+                let key = new.idempotency_key.as_deref().unwrap_or_default();
+                self.first_answer(new.event.space_id, key).await
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) async fn first_answer(&self, space_id: SpaceId, key: &str) -> Result<Published> {
