@@ -7,7 +7,7 @@
 //! loopback limit (the same receiver driven by the same client without the
 //! server in between) with the ratio. Run it with `./dev bench`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,6 +71,10 @@ struct Args {
     /// generator; the CPU of each is printed apart. Flood, fan-out and steady only.
     #[arg(long)]
     external: bool,
+    /// With `--external`: the server's log filter (`RUST_LOG`; its log goes to this
+    /// process's stderr). `sqlx::query=debug` lists every statement. Default: `warn`.
+    #[arg(long, requires = "external")]
+    server_log: Option<String>,
     /// Runs only the receiver (what `--external` starts in a process of its own).
     #[arg(long, hide = true)]
     receiver_only: bool,
@@ -268,23 +272,33 @@ fn cpu_seconds_of(pid: &str) -> f64 {
 }
 
 /// Context switches (voluntary and not) made so far by the threads of the process `pid`
-/// (`self`: this one) that are alive. Each round trip between tokio and a database
-/// connection's thread costs some, and on a virtual machine waking an idle vCPU is dear.
-fn context_switches_of(pid: &str) -> u64 {
+/// (`self`: this one) that are alive, by thread name with its digits dropped
+/// (`sqlx-sqlite-worker-`, `tokio-runtime-worker`). Each round trip between tokio and a
+/// database connection's thread costs some, and on a virtual machine waking an idle vCPU
+/// is dear; the names say which side switches.
+fn context_switches_of(pid: &str) -> BTreeMap<String, u64> {
+    let mut by_name = BTreeMap::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return by_name;
     };
-    tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("status")).ok())
-        .flat_map(|status| {
-            status
-                .lines()
-                .filter(|l| l.contains("ctxt_switches:"))
-                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-                .collect::<Vec<_>>()
-        })
-        .sum()
+    for task in tasks.flatten() {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue;
+        };
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let name: String = name
+            .trim()
+            .chars()
+            .filter(|c| !c.is_ascii_digit())
+            .collect();
+        let switches: u64 = status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        *by_name.entry(name).or_default() += switches;
+    }
+    by_name
 }
 
 /// The peak resident memory of this process's sandbox workers, summed (MB).
@@ -588,7 +602,8 @@ async fn bench() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let (server, receiver, arrivals, procs) = if args.external {
         drop(listener);
-        let (server, receiver, arrivals, procs) = start_external(&url, addr).await?;
+        let (server, receiver, arrivals, procs) =
+            start_external(&url, addr, args.server_log.as_deref()).await?;
         (Running::External(server), receiver, arrivals, procs)
     } else {
         let mut config = Config {
@@ -951,13 +966,13 @@ struct Processes {
 }
 
 /// CPU seconds used so far by this process, the server and the receiver.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct CpuMark {
     me: f64,
     server: f64,
     receiver: f64,
-    /// Context switches of the server's threads (this process's, in process).
-    switches: u64,
+    /// Context switches of the server's threads by name (this process's, in process).
+    switches: BTreeMap<String, u64>,
 }
 
 impl CpuMark {
@@ -977,7 +992,25 @@ impl CpuMark {
     fn print_per_delivery(&self, procs: &Processes, deliveries: usize) {
         let now = Self::now(procs);
         let per = |used: f64| used / deliveries.max(1) as f64 * 1e6;
-        let switches = now.switches.saturating_sub(self.switches) as f64 / deliveries.max(1) as f64;
+        let mut by_name: Vec<(f64, &str)> = now
+            .switches
+            .iter()
+            .map(|(name, n)| {
+                let before = self.switches.get(name).copied().unwrap_or(0);
+                (
+                    n.saturating_sub(before) as f64 / deliveries.max(1) as f64,
+                    name.as_str(),
+                )
+            })
+            .collect();
+        by_name.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let switches: f64 = by_name.iter().map(|(n, _)| n).sum();
+        let threads = by_name
+            .iter()
+            .take(4)
+            .map(|(n, name)| format!("{name} {n:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         if procs.server.is_some() {
             println!(
                 "  CPU per delivery: server {:.0} µs (partyflow serve); receiver {:.0} µs; load generator {:.0} µs",
@@ -985,13 +1018,15 @@ impl CpuMark {
                 per(now.receiver - self.receiver),
                 per(now.me - self.me)
             );
-            println!("  context switches per delivery: server {switches:.1}");
+            println!("  context switches per delivery: server {switches:.1} ({threads})");
         } else {
             println!(
                 "  CPU per delivery (the whole process: server, load generator and receiver): {:.0} µs",
                 per(now.me - self.me)
             );
-            println!("  context switches per delivery (the whole process): {switches:.1}");
+            println!(
+                "  context switches per delivery (the whole process): {switches:.1} ({threads})"
+            );
         }
     }
 }
@@ -1002,6 +1037,7 @@ impl CpuMark {
 async fn start_external(
     url: &str,
     addr: SocketAddr,
+    server_log: Option<&str>,
 ) -> anyhow::Result<(Vec<tokio::process::Child>, SocketAddr, Arrivals, Processes)> {
     use tokio::io::AsyncBufReadExt as _;
     let me = std::env::current_exe()?;
@@ -1038,7 +1074,7 @@ async fn start_external(
         )
         .env("PARTYFLOW_RETENTION__INTERVAL", "5s")
         .env("PARTYFLOW_CONFIG", "/nonexistent/partyflow.toml")
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", server_log.unwrap_or("warn"))
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()?;

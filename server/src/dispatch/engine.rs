@@ -72,44 +72,55 @@ impl Default for Settings {
     }
 }
 
-/// Destinations known to have deliveries due now: a publish just fanned out to them,
-/// or an attempt to them just ended (a slot freed). The engine claims for these by
-/// name ([`DispatchQueue::claim_for`](crate::storage::DispatchQueue::claim_for)), which costs the same whatever else waits in the queue;
-/// the full, time-ordered scan runs only when woken without names, on a timer, and
-/// when the next delivery falls due.
+/// Destinations that may have deliveries due now: a publish just fanned out to them
+/// (sure: claimed for at once), or an attempt to them just ended, freeing a slot (maybe:
+/// the engine first reads whether anything waits, which at low load nothing does). The
+/// engine claims for these by name ([`DispatchQueue::claim_for`](crate::storage::DispatchQueue::claim_for)), which costs the same whatever
+/// else waits in the queue; the full, time-ordered scan runs only when woken without
+/// names, on a timer, and when the next delivery falls due.
 #[derive(Default)]
 struct Hints {
+    /// The destinations hinted, oldest first, and whether each is sure to have work.
     due: Mutex<(
         std::collections::VecDeque<DestinationId>,
-        std::collections::HashSet<DestinationId>,
+        std::collections::HashMap<DestinationId, bool>,
     )>,
     notify: Notify,
 }
 
 impl Hints {
-    /// These destinations have work due now.
-    fn due_now(&self, destinations: impl IntoIterator<Item = DestinationId>) {
+    /// These destinations have work due now (`sure`), or may have (an attempt ended).
+    fn due(&self, destinations: impl IntoIterator<Item = DestinationId>, sure: bool) {
         let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
         let (queue, known) = &mut *due;
         for d in destinations {
-            if known.insert(d) {
-                queue.push_back(d);
+            match known.entry(d) {
+                std::collections::hash_map::Entry::Occupied(mut e) => *e.get_mut() |= sure,
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(sure);
+                    queue.push_back(d);
+                }
             }
         }
         drop(due);
         self.notify.notify_one();
     }
 
-    /// Up to `max` hinted destinations, oldest hint first.
-    fn take(&self, max: usize) -> Vec<DestinationId> {
+    /// Up to `max` hinted destinations, oldest hint first: those sure to have work, and
+    /// those that may have.
+    fn take(&self, max: usize) -> (Vec<DestinationId>, Vec<DestinationId>) {
         let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
         let (queue, known) = &mut *due;
         let n = max.min(queue.len());
-        let taken: Vec<_> = queue.drain(..n).collect();
-        for d in &taken {
-            known.remove(d);
+        let (mut sure, mut maybe) = (Vec::new(), Vec::new());
+        for d in queue.drain(..n) {
+            if known.remove(&d).unwrap_or(false) {
+                sure.push(d);
+            } else {
+                maybe.push(d);
+            }
         }
-        taken
+        (sure, maybe)
     }
 }
 
@@ -156,7 +167,7 @@ impl EngineHandle {
     /// New deliveries to these destinations are due now: the engine claims for them by
     /// name, which is cheaper than a look at the whole queue.
     pub fn due_now(&self, destinations: impl IntoIterator<Item = DestinationId>) {
-        self.hints.due_now(destinations);
+        self.hints.due(destinations, true);
     }
 
     /// Deliveries were written to go out later (a scheduled event, docs §2.1): the
@@ -289,13 +300,14 @@ impl Engine {
                 }),
             };
             let want = free.min(256);
-            let mut targets = self.handle.hints.take(want);
-            if !targets.is_empty() {
+            let (mut targets, maybe) = self.handle.hints.take(want);
+            if !maybe.is_empty() {
                 // Claim only where something is due (a read), not for every ended attempt.
-                match self.storage.due_destinations(&targets, now).await {
-                    Ok(due) => targets = due,
+                match self.storage.due_destinations(&maybe, now).await {
+                    Ok(due) => targets.extend(due),
                     Err(e) => {
-                        tracing::warn!(error = %e, "looking for due destinations failed; claiming for all hinted")
+                        tracing::warn!(error = %e, "looking for due destinations failed; claiming for all hinted");
+                        targets.extend(maybe);
                     }
                 }
                 if targets.is_empty() {
@@ -326,16 +338,20 @@ impl Engine {
                             .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
                     }
                     let mut events = claimed.events;
+                    let destinations = claimed.destinations;
                     for delivery in claimed.deliveries {
                         let Ok(permit) = permits.clone().acquire_owned().await else {
                             break;
                         };
                         let event = events.remove(&delivery.id);
+                        let destination = destinations.get(&delivery.destination_id).cloned();
                         let retry = RetryGuard::new(delivery.attempts > 0, &self.retries_in_flight);
                         let engine = self.clone();
                         let cut = cut_short.clone();
                         tracker.spawn(async move {
-                            engine.deliver(delivery, event, cut, permit).await;
+                            engine
+                                .deliver(delivery, destination, event, cut, permit)
+                                .await;
                             drop(retry);
                         });
                     }
@@ -534,29 +550,35 @@ impl Engine {
     async fn deliver(
         self: Arc<Self>,
         d: Delivery,
+        destination: Option<Arc<Destination>>,
         event: Option<Arc<Event>>,
         cut_short: CancellationToken,
         _permit: OwnedSemaphorePermit,
     ) {
         let in_flight = self.metrics.in_flight();
-        if let Err(e) = self.try_deliver(&d, event, &cut_short).await {
+        if let Err(e) = self.try_deliver(&d, destination, event, &cut_short).await {
             tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
         }
         drop(in_flight);
-        // A slot to this destination is free: its next due delivery can go.
-        self.handle.hints.due_now([d.destination_id]);
+        // A slot to this destination is free: its next due delivery, if any, can go.
+        self.handle.hints.due([d.destination_id], false);
     }
 
     async fn try_deliver(
         &self,
         d: &Delivery,
+        destination: Option<Arc<Destination>>,
         event: Option<Arc<Event>>,
         cut_short: &CancellationToken,
     ) -> Result<(), StorageError> {
-        let destination = match self.storage.destination_of(d).await {
-            Ok(dst) => dst,
-            Err(StorageError::NotFound) => return Ok(()), // deleted with its deliveries
-            Err(e) => return Err(e),
+        // Read by the claim, in its transaction; without it (deleted meanwhile), read here.
+        let destination = match destination {
+            Some(dst) => dst,
+            None => match self.storage.destination_of(d).await {
+                Ok(dst) => Arc::new(dst),
+                Err(StorageError::NotFound) => return Ok(()), // deleted with its deliveries
+                Err(e) => return Err(e),
+            },
         };
         if destination.status == DestinationStatus::Inactive {
             return self.storage.release_claim(d.id, true, now_ms()).await;

@@ -305,6 +305,28 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
+    /// The destinations named, read inside `tx` (the claim reads those of its deliveries,
+    /// so an attempt needs no read of its own).
+    pub(super) async fn destinations_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        ids: &[DestinationId],
+    ) -> Result<Vec<Destination>> {
+        let mut all = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(FAN_OUT_CHUNK) {
+            let mut q = Sql::<D>::new(format!(
+                "SELECT {DESTINATION} FROM destinations WHERE id IN ("
+            ));
+            q.push_list(chunk.iter().map(|d| d.to_string()));
+            q.push(")");
+            let (sql, args) = q.into_parts()?;
+            let rows = sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)
+                .fetch_all(&mut **tx)
+                .await?;
+            all.extend(convert_all(rows)?);
+        }
+        Ok(all)
+    }
+
     /// The destination's ordering (docs D12), written apart from the other settings.
     async fn write_ordering(tx: &mut WriteTx<'_, D::DB>, d: &Destination) -> Result<()> {
         sqlx::query("UPDATE destinations SET ordering = $1 WHERE id = $2")

@@ -366,6 +366,9 @@ pub struct Claimed {
     /// The event of each delivery (by delivery ID), read by the claim itself; one whose
     /// event was deleted meanwhile has none.
     pub events: std::collections::HashMap<DeliveryId, Arc<Event>>,
+    /// The destinations of the deliveries, read in the claim's transaction; one deleted
+    /// meanwhile is missing (its deliveries went with it).
+    pub destinations: std::collections::HashMap<DestinationId, Arc<Destination>>,
     pub held_by_plan: u64,
 }
 

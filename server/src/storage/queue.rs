@@ -283,6 +283,7 @@ where
         D::lock_claims(&mut tx).await?;
         let batch = D::claim_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
         let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        let claimed = Self::with_destinations_in(&mut tx, claimed).await?;
         tx.commit().await?;
         Ok(claimed)
     }
@@ -302,6 +303,7 @@ where
             D::claim_for_in(&mut tx, destinations, now, limit, lease_margin_ms, limits).await?;
         batch.sort_by_key(|c| (c.delivery.next_attempt_at, c.delivery.id));
         let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        let claimed = Self::with_destinations_in(&mut tx, claimed).await?;
         tx.commit().await?;
         Ok(claimed)
     }
@@ -637,6 +639,29 @@ where
         Ok(claimed)
     }
     /// One finished attempt and its consequences, inside `tx`.
+    /// Adds the destinations of the claimed deliveries, read in the claim's transaction
+    /// (one statement for the batch), so no attempt reads its destination apart.
+    async fn with_destinations_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        mut claimed: Claimed,
+    ) -> Result<Claimed> {
+        let mut seen = std::collections::HashSet::new();
+        let ids: Vec<DestinationId> = claimed
+            .deliveries
+            .iter()
+            .map(|d| d.destination_id)
+            .filter(|id| seen.insert(*id))
+            .collect();
+        if !ids.is_empty() {
+            claimed.destinations = Self::destinations_in(tx, &ids)
+                .await?
+                .into_iter()
+                .map(|d| (d.id, Arc::new(d)))
+                .collect();
+        }
+        Ok(claimed)
+    }
+
     async fn finish_in(
         tx: &mut WriteTx<'_, D::DB>,
         f: &FinishedAttempt,

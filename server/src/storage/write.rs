@@ -1,6 +1,6 @@
 //! The one way to write: [`Writes`] holds the pools that writes go through and the write
-//! gate (SQLite), and hands out [`Writer`]s (the gate and a pooled connection, held
-//! together); a [`Writer`] runs one statement on its own ([`Writer::execute`],
+//! gate (SQLite), and hands out [`Writer`]s (the gate and a connection, held together); a
+//! [`Writer`] runs one statement on its own ([`Writer::execute`],
 //! [`Writer::fetch_all`]) or opens a [`WriteTx`] (`BEGIN IMMEDIATE` on SQLite). The
 //! write pools are private to this module, so a write that skips the gate cannot be
 //! written by accident: reads go through the store's read pool, writes through here.
@@ -16,6 +16,13 @@
 //! [`Writer`] marks it `close_on_drop` unless its transaction ended cleanly. That covers
 //! errors returned with `?`, panics, and futures dropped mid-write (a client that hung
 //! up). The pool opens a fresh connection in its place.
+//!
+//! On SQLite the gate keeps the writers' connections itself, one per [`Durability`], taken
+//! out of the pools once ([`PoolConnection::detach`]): writers go one at a time anyway, and
+//! a connection handed back to a sqlx pool is pinged on the way in, by a task spawned for
+//! it. On SQLite that ping is a round trip to the connection's thread, one more per write
+//! transaction for nothing. A kept connection that saw anything but a clean end is dropped
+//! (which closes it), and the next writer takes a fresh one from the pool.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -67,11 +74,45 @@ pub struct Writes<DB: Database> {
     full: Pool<DB>,
     engine: Pool<DB>,
     /// SQLite has one writer. Writers of this process queue here, in order, instead of
-    /// polling SQLite's lock with the busy handler's growing sleeps. `None`: no gate
-    /// (PostgreSQL has row locks and many writers).
-    gate: Option<Arc<Mutex<()>>>,
+    /// polling SQLite's lock with the busy handler's growing sleeps; the gate keeps their
+    /// connections. `None`: no gate (PostgreSQL has row locks and many writers).
+    gate: Option<Arc<Mutex<Kept<DB>>>>,
     /// How a write transaction begins: `BEGIN IMMEDIATE` on SQLite; `None`: `BEGIN`.
     begin: Option<&'static str>,
+}
+
+/// The connections the write gate keeps, one per [`Durability`]; `None` until the first
+/// writer of that durability (or after one was closed).
+struct Kept<DB: Database> {
+    full: Option<DB::Connection>,
+    engine: Option<DB::Connection>,
+}
+
+impl<DB: Database> Default for Kept<DB> {
+    fn default() -> Self {
+        Self {
+            full: None,
+            engine: None,
+        }
+    }
+}
+
+impl<DB: Database> std::fmt::Debug for Kept<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("full", &self.full.is_some())
+            .field("engine", &self.engine.is_some())
+            .finish()
+    }
+}
+
+impl<DB: Database> Kept<DB> {
+    fn slot(&mut self, durability: Durability) -> &mut Option<DB::Connection> {
+        match durability {
+            Durability::Full => &mut self.full,
+            Durability::Engine => &mut self.engine,
+        }
+    }
 }
 
 impl<DB: Database> Writes<DB> {
@@ -86,57 +127,85 @@ impl<DB: Database> Writes<DB> {
         }
     }
 
-    /// The gate (when there is one: first come first served), then a connection of the
-    /// pool for `durability`: the gate is the queue, so writers never wait on the pool
-    /// while holding a connection.
+    /// The gate (when there is one: first come first served) and the connection it keeps
+    /// for `durability`; without a gate, a connection of the pool for `durability`. The
+    /// gate is the queue, so writers never wait on the pool while holding a connection.
     pub async fn writer(&self, durability: Durability) -> sqlx::Result<Writer<'_, DB>> {
-        let gate = match &self.gate {
-            Some(gate) => Some(gate.lock().await),
-            None => None,
-        };
         let pool = match durability {
             Durability::Full => &self.full,
             Durability::Engine => &self.engine,
         };
-        Writer::acquire(gate, pool, self.begin).await
+        match &self.gate {
+            Some(gate) => {
+                let mut kept = gate.lock().await;
+                if kept.slot(durability).is_none() {
+                    *kept.slot(durability) = Some(pool.acquire().await?.detach());
+                }
+                Ok(Writer::new(Held::Kept(kept, durability), self.begin))
+            }
+            None => Ok(Writer::new(Held::Pooled(pool.acquire().await?), self.begin)),
+        }
+    }
+}
+
+/// Where a [`Writer`]'s connection comes from and goes back to.
+enum Held<'g, DB: Database> {
+    /// A pool's (PostgreSQL): back to the pool on drop.
+    Pooled(PoolConnection<DB>),
+    /// The one the write gate keeps (SQLite), with the gate held.
+    Kept(MutexGuard<'g, Kept<DB>>, Durability),
+}
+
+impl<DB: Database> Held<'_, DB> {
+    fn conn(&mut self) -> &mut DB::Connection {
+        match self {
+            Held::Pooled(conn) => conn,
+            Held::Kept(kept, durability) => kept
+                .slot(*durability)
+                .as_mut()
+                .expect("the gate opens its connection before handing out a writer"),
+        }
     }
 }
 
 /// A connection taken for one write transaction, with the write gate (SQLite) held for
 /// as long as it lives. Closed on drop unless its transaction committed or rolled back.
 pub struct Writer<'g, DB: Database> {
-    conn: PoolConnection<DB>,
+    held: Held<'g, DB>,
     /// `BEGIN IMMEDIATE` on SQLite; `None`: the backend's plain `BEGIN`.
     begin: Option<&'static str>,
     clean: bool,
     /// When the gate and the connection were taken (for [`held`]).
     taken: Instant,
-    _gate: Option<MutexGuard<'g, ()>>,
 }
 
 impl<'g, DB: Database> Writer<'g, DB> {
-    /// Takes a connection from `pool`, holding `gate` (see [`Writes::writer`]).
-    async fn acquire(
-        gate: Option<MutexGuard<'g, ()>>,
-        pool: &Pool<DB>,
-        begin: Option<&'static str>,
-    ) -> sqlx::Result<Self> {
-        let conn = pool.acquire().await?;
-        Ok(Self {
-            conn,
+    fn new(held: Held<'g, DB>, begin: Option<&'static str>) -> Self {
+        Self {
+            held,
             begin,
             clean: false,
             taken: Instant::now(),
-            _gate: gate,
-        })
+        }
+    }
+
+    /// Takes a connection from `pool`, without a gate.
+    #[cfg(test)]
+    async fn acquire(pool: &Pool<DB>, begin: Option<&'static str>) -> sqlx::Result<Self> {
+        Ok(Self::new(Held::Pooled(pool.acquire().await?), begin))
+    }
+
+    fn conn(&mut self) -> &mut DB::Connection {
+        self.held.conn()
     }
 
     /// Opens the write transaction on this connection.
     pub async fn begin(&mut self) -> sqlx::Result<WriteTx<'_, DB>> {
         self.clean = false;
+        let conn = self.held.conn();
         let tx = match self.begin {
-            Some(statement) => self.conn.begin_with(statement).await?,
-            None => self.conn.begin().await?,
+            Some(statement) => conn.begin_with(statement).await?,
+            None => conn.begin().await?,
         };
         Ok(WriteTx {
             tx,
@@ -156,7 +225,7 @@ where
     where
         A: 'q + IntoArguments<'q, DB>,
     {
-        let done = query.execute(&mut *self.conn).await;
+        let done = query.execute(self.conn()).await;
         self.clean = true;
         done
     }
@@ -167,7 +236,7 @@ where
         A: 'q + IntoArguments<'q, DB>,
         O: Send + Unpin + for<'r> FromRow<'r, DB::Row>,
     {
-        let rows = query.fetch_all(&mut *self.conn).await;
+        let rows = query.fetch_all(self.conn()).await;
         self.clean = true;
         rows
     }
@@ -176,7 +245,11 @@ where
 impl<DB: Database> Drop for Writer<'_, DB> {
     fn drop(&mut self) {
         if !self.clean {
-            self.conn.close_on_drop();
+            match &mut self.held {
+                Held::Pooled(conn) => conn.close_on_drop(),
+                // Dropped, it closes (its thread ends and SQLite rolls back what was open).
+                Held::Kept(kept, durability) => drop(kept.slot(*durability).take()),
+            }
         }
         let held = self.taken.elapsed();
         // Outside `metered` there is nothing to count into.
@@ -303,7 +376,7 @@ mod tests {
 
         // Through a Writer: the connection is closed, a fresh one takes its place.
         let pool = one_connection_pool(&dir, "w.db").await;
-        let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+        let mut writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
             .await
             .unwrap();
         let mut tx = writer.begin().await.unwrap();
@@ -311,7 +384,7 @@ mod tests {
         assert!(tx.commit().await.is_err());
         drop(writer);
         for _ in 0..3 {
-            let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+            let mut writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
                 .await
                 .unwrap();
             let mut tx = writer.begin().await.unwrap();
@@ -329,12 +402,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_gate_keeps_its_connection_and_replaces_one_whose_commit_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "k.db").await;
+        let writes = Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"));
+        // A temporary table lives as long as its connection: the next writer sees it.
+        let writer = writes.writer(Durability::Engine).await.unwrap();
+        writer
+            .execute(sqlx::query("CREATE TEMP TABLE mine (v INTEGER)"))
+            .await
+            .unwrap();
+        let writer = writes.writer(Durability::Engine).await.unwrap();
+        writer
+            .execute(sqlx::query("INSERT INTO mine (v) VALUES (1)"))
+            .await
+            .unwrap();
+        // The kept connection is out of the pool: the pool's one connection is still free.
+        sqlx::query("SELECT 1").execute(&pool).await.unwrap();
+
+        // A commit that failed: the kept connection is dropped, a fresh one takes its
+        // place (without the temporary table) and begins cleanly.
+        let mut writer = writes.writer(Durability::Engine).await.unwrap();
+        let mut tx = writer.begin().await.unwrap();
+        transaction_ended_by_the_database(&mut tx).await;
+        assert!(tx.commit().await.is_err());
+        drop(writer);
+        {
+            let mut writer = writes.writer(Durability::Engine).await.unwrap();
+            let mut tx = writer.begin().await.unwrap();
+            assert!(sqlx::query("INSERT INTO mine (v) VALUES (2)")
+                .execute(&mut *tx)
+                .await
+                .is_err());
+        }
+        let mut writer = writes.writer(Durability::Engine).await.unwrap();
+        let mut tx = writer.begin().await.unwrap();
+        sqlx::query("INSERT INTO t (v) VALUES (x'07')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        drop(writer);
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM t")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[tokio::test]
     async fn a_write_that_failed_or_was_dropped_midway_leaves_no_transaction_behind() {
         let dir = tempfile::tempdir().unwrap();
         let pool = one_connection_pool(&dir, "w.db").await;
         // A statement fails inside the transaction (the error is returned with `?`).
         {
-            let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+            let mut writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
                 .await
                 .unwrap();
             let mut tx = writer.begin().await.unwrap();
@@ -349,7 +471,7 @@ mod tests {
         }
         // A write dropped before it committed (a client that hung up).
         let dropped = async {
-            let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+            let mut writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
                 .await
                 .unwrap();
             let mut tx = writer.begin().await.unwrap();
@@ -365,7 +487,7 @@ mod tests {
                 .is_err()
         );
         // Neither wrote anything, and the next write begins and commits.
-        let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+        let mut writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
             .await
             .unwrap();
         let mut tx = writer.begin().await.unwrap();
@@ -391,7 +513,7 @@ mod tests {
             .execute(&pool)
             .await
             .unwrap();
-        let mut writer = Writer::acquire(None, &pool, Some("BEGIN IMMEDIATE"))
+        let mut writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
             .await
             .unwrap();
         let mut tx = writer.begin().await.unwrap();
