@@ -60,6 +60,7 @@ pub mod moving;
 mod notifications;
 pub mod postgres;
 mod queue;
+pub mod reads;
 mod retention;
 mod search;
 pub mod sqlite;

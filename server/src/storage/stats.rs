@@ -225,11 +225,16 @@ where
     }
 
     fn pool_connections(&self) -> Vec<PoolConnections> {
-        let of = |pool: &'static str, p: &sqlx::Pool<D::DB>| PoolConnections {
-            pool,
-            size: p.size(),
-            idle: p.num_idle() as u32,
-            max: p.options().get_max_connections(),
+        // A read connection kept out of the pool ([`super::reads`]) still counts as open.
+        let of = |pool: &'static str, r: &super::reads::Reads<D::DB>| {
+            let p = r.pool();
+            let (kept, kept_idle) = r.kept_connections();
+            PoolConnections {
+                pool,
+                size: p.size() + kept,
+                idle: p.num_idle() as u32 + kept_idle,
+                max: p.options().get_max_connections(),
+            }
         };
         let mut pools = vec![of("main", &self.read)];
         // PostgreSQL's engine shares the one pool.

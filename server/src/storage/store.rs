@@ -40,6 +40,7 @@ use std::marker::PhantomData;
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
 
+use super::reads::Reads;
 use super::write::{Durability, WriteTx, Writes};
 use super::{Backend, ClaimLimits, Page, RawPool, Result, StorageError};
 use crate::domain::{DestinationId, UnixMs};
@@ -131,21 +132,23 @@ pub type DbRow<D> = <<D as Dialect>::DB as Database>::Row;
 /// Everything the server keeps, in one database of dialect `D`.
 #[derive(Debug)]
 pub struct Store<D: Dialect> {
-    /// Reads (and `/readyz`): the pool of durable writes, which sees every commit.
-    pub(super) read: Pool<D::DB>,
+    /// Reads (and `/readyz`): through the pool of durable writes, which sees every commit.
+    pub(super) read: Reads<D::DB>,
     /// The engine's reads (the due queue, expired claims): its own pool on SQLite.
-    pub(super) engine_read: Pool<D::DB>,
+    pub(super) engine_read: Reads<D::DB>,
     /// The only way to write.
     pub(super) writes: Writes<D::DB>,
     dialect: PhantomData<D>,
 }
 
 impl<D: Dialect> Store<D> {
-    /// A store reading from `read` and `engine_read` and writing through `writes`.
+    /// A store reading from `read` and `engine_read` and writing through `writes`. On
+    /// SQLite the reads keep their connections ([`Reads`]).
     pub(super) fn new(read: Pool<D::DB>, engine_read: Pool<D::DB>, writes: Writes<D::DB>) -> Self {
+        let keep = D::BACKEND == Backend::Sqlite;
         Self {
-            read,
-            engine_read,
+            read: Reads::new(read, keep),
+            engine_read: Reads::new(engine_read, keep),
             writes,
             dialect: PhantomData,
         }
@@ -284,7 +287,7 @@ where
     }
 
     async fn migrate(&self) -> Result<()> {
-        D::migrate(&self.read).await
+        D::migrate(self.read.pool()).await
     }
 
     async fn ping(&self) -> Result<()> {

@@ -93,7 +93,7 @@ where
     }
 
     fn raw_pool(&self) -> RawPool {
-        D::raw_pool(&self.read)
+        D::raw_pool(self.read.pool())
     }
 }
 

@@ -138,6 +138,11 @@ impl<DB: Database> Writes<DB> {
         match &self.gate {
             Some(gate) => {
                 let mut kept = gate.lock().await;
+                // A closed pool closes what it lent out too.
+                if pool.is_closed() {
+                    kept.slot(durability).take();
+                    return Err(sqlx::Error::PoolClosed);
+                }
                 if kept.slot(durability).is_none() {
                     *kept.slot(durability) = Some(pool.acquire().await?.detach());
                 }
