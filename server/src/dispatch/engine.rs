@@ -74,7 +74,8 @@ impl Default for Settings {
 
 /// Destinations that may have deliveries due now: a publish just fanned out to them
 /// (sure: claimed for at once), or an attempt to them just ended, freeing a slot (maybe:
-/// the engine first reads whether anything waits, which at low load nothing does). The
+/// the engine first reads whether anything waits, which at low load nothing does; sure,
+/// or no hint, when the attempt's record said). The
 /// engine claims for these by name ([`DispatchQueue::claim_for`](crate::storage::DispatchQueue::claim_for)), which costs the same whatever
 /// else waits in the queue; the full, time-ordered scan runs only when woken without
 /// names, on a timer, and when the next delivery falls due.
@@ -556,12 +557,21 @@ impl Engine {
         _permit: OwnedSemaphorePermit,
     ) {
         let in_flight = self.metrics.in_flight();
-        if let Err(e) = self.try_deliver(&d, destination, event, &cut_short).await {
-            tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
-        }
+        let more_due = match self.try_deliver(&d, destination, event, &cut_short).await {
+            Ok(more_due) => more_due,
+            Err(e) => {
+                tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
+                None
+            }
+        };
         drop(in_flight);
-        // A slot to this destination is free: its next due delivery, if any, can go.
-        self.handle.hints.due([d.destination_id], false);
+        // A slot to this destination is free: its next due delivery, if any, can go. When
+        // the record of the attempt said whether one is due, the engine need not look.
+        match more_due {
+            Some(false) => {}
+            Some(true) => self.handle.hints.due([d.destination_id], true),
+            None => self.handle.hints.due([d.destination_id], false),
+        }
     }
 
     async fn try_deliver(
@@ -570,18 +580,22 @@ impl Engine {
         destination: Option<Arc<Destination>>,
         event: Option<Arc<Event>>,
         cut_short: &CancellationToken,
-    ) -> Result<(), StorageError> {
+    ) -> Result<Option<bool>, StorageError> {
         // Read by the claim, in its transaction; without it (deleted meanwhile), read here.
         let destination = match destination {
             Some(dst) => dst,
             None => match self.storage.destination_of(d).await {
                 Ok(dst) => Arc::new(dst),
-                Err(StorageError::NotFound) => return Ok(()), // deleted with its deliveries
+                Err(StorageError::NotFound) => return Ok(None), // deleted with its deliveries
                 Err(e) => return Err(e),
             },
         };
         if destination.status == DestinationStatus::Inactive {
-            return self.storage.release_claim(d.id, true, now_ms()).await;
+            return self
+                .storage
+                .release_claim(d.id, true, now_ms())
+                .await
+                .map(|()| None);
         }
         // Read by the claim; a delivery without it (its event deleted meanwhile) reads it
         // here, and finds it gone.
@@ -615,7 +629,7 @@ impl Engine {
                     .await;
                 // Forgotten once written, so a read before the write cannot stay known.
                 self.handle.next_due.forget();
-                return deferred;
+                return deferred.map(|()| None);
             }
         }
 
@@ -638,7 +652,7 @@ impl Engine {
                 let effects = self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await?;
                 self.handle.next_due.forget();
                 self.count(&finished, &effects);
-                return Ok(());
+                return Ok(None);
             }
         };
 
@@ -695,7 +709,7 @@ impl Engine {
         if effects.destination_disabled {
             tracing::warn!(destination.id = %d.destination_id, "destination auto-disabled after a dead-letter streak");
         }
-        Ok(())
+        Ok(effects.more_due)
     }
 
     /// The metrics of a recorded attempt (nothing when it was no longer ours).

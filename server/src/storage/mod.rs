@@ -306,6 +306,9 @@ pub struct FinishEffects {
     pub warned: bool,
     /// The delivery was crash-lost [`LOST_IN_A_ROW_FAILS`] times in a row and failed.
     pub lost_for_good: bool,
+    /// Whether the destination has another delivery due now, read in the same
+    /// transaction (SQLite's one-batch record); `None`: not read.
+    pub more_due: Option<bool>,
 }
 
 /// What happened to one delivery of a bulk resend or cancel.

@@ -726,6 +726,12 @@ where
                  WHERE id = $26 AND consecutive_dead_letters <> 0 AND changes() = 1",
             );
         }
+        // Last, what `due_destinations` would answer for this destination: the engine then
+        // needs no read of its own to know whether to claim again for it.
+        batch.push_str(
+            "; SELECT EXISTS (SELECT 1 FROM deliveries WHERE destination_id = $26 \
+               AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $6)",
+        );
         let query = sqlx::query(&batch)
             .bind(status.as_str())
             .bind(used)
@@ -754,13 +760,21 @@ where
             .bind(&a.error_message)
             .bind(f.destination_id.to_string());
         let mut results = Executor::fetch_many(&mut **tx, query);
-        // The update's RETURNING row says the delivery was still ours.
-        let mut applied = false;
+        // The update's RETURNING row (the first statement's) says the delivery was still
+        // ours; the last statement's row, whether more is due.
+        let (mut statement, mut applied, mut more_due) = (0, false, None);
         while let Some(step) = results.try_next().await? {
-            applied |= matches!(step, sqlx::Either::Right(_));
+            match step {
+                sqlx::Either::Left(_) => statement += 1,
+                sqlx::Either::Right(_) if statement == 0 => applied = true,
+                sqlx::Either::Right(row) => {
+                    more_due = Some(sqlx::Row::try_get::<bool, _>(&row, 0)?)
+                }
+            }
         }
         Ok(FinishEffects {
             applied,
+            more_due,
             ..Default::default()
         })
     }
