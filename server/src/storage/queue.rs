@@ -397,6 +397,12 @@ where
         now: UnixMs,
     ) -> Result<Vec<FinishEffects>> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
+        // At low load a group is one attempt: its whole transaction is one round trip.
+        if let [f] = batch {
+            if Self::finishes_at_once(f) {
+                return Ok(vec![Self::finish_alone(writer, f, now).await?]);
+            }
+        }
         let mut tx = writer.begin().await?;
         let mut effects = Vec::with_capacity(batch.len());
         for f in batch {
@@ -691,34 +697,37 @@ where
         }
         Ok(claimed)
     }
-    /// One finished attempt and its consequences, inside `tx`.
-    /// [`Self::finish_in`] of an attempt that neither dead-letters nor was lost in a crash
-    /// (so nothing but the delivery's own update decides what follows), on SQLite: the
-    /// delivery's update, the attempt and the end of the destination's dead-letter streak
-    /// as one batch of statements, one round trip to the connection's thread instead of
-    /// three. Each statement after the first goes on only if the one before changed a row
+
+    /// Whether [`Self::finish_in`] records `f` as one batch of statements: on SQLite, an
+    /// attempt that neither dead-letters nor was lost in a crash (so nothing but the
+    /// delivery's own update decides what follows).
+    fn finishes_at_once(f: &FinishedAttempt) -> bool {
+        D::BACKEND == Backend::Sqlite
+            && !matches!(
+                f.next,
+                NextStep::DeadLetter | NextStep::Lost { crashed: true, .. }
+            )
+    }
+
+    /// The statements of an attempt that [finishes at once](Self::finishes_at_once): the
+    /// delivery's update, the attempt, the end of the destination's dead-letter streak and
+    /// whether it has more due, one round trip to the connection's thread instead of four.
+    /// Each statement after the first goes on only if the one before changed a row
     /// (`changes()`), as the statements one by one do in Rust.
     ///
     /// Several statements in one string with bind parameters is what sqlx's SQLite driver
     /// does (it prepares the string statement after statement, every `$N` naming the same
     /// argument in each); sqlx calls that behaviour deprecated (launchbadge/sqlx#3108), so
     /// an upgrade of sqlx must keep the finish and rate-limit tests on SQLite green.
-    async fn finish_at_once_in(
-        tx: &mut WriteTx<'_, D::DB>,
-        f: &FinishedAttempt,
-        update: &str,
-        (status, used, next_at, finished_at): (DeliveryStatus, i64, Option<UnixMs>, Option<UnixMs>),
-        now: UnixMs,
-    ) -> Result<FinishEffects> {
-        use futures_util::TryStreamExt as _;
-        let a = &f.attempt;
+    fn finish_batch(f: &FinishedAttempt) -> String {
         let mut batch = format!(
-            "{update}; \
+            "{}; \
              INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
              request_url, request_headers, request_body, response_status, response_headers, response_body, \
              error_class, error_message) \
              SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25 \
-             WHERE changes() = 1"
+             WHERE changes() = 1",
+            finish_update_sql()
         );
         if matches!(f.next, NextStep::Succeeded) {
             batch.push_str(
@@ -732,7 +741,19 @@ where
             "; SELECT EXISTS (SELECT 1 FROM deliveries WHERE destination_id = $26 \
                AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $6)",
         );
-        let query = sqlx::query(&batch)
+        batch
+    }
+
+    /// [`Self::finish_batch`] (`sql`, maybe inside a transaction of its own) with `f`'s
+    /// arguments bound.
+    fn finish_batch_query<'q>(
+        sql: &'q str,
+        f: &'q FinishedAttempt,
+        now: UnixMs,
+    ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
+        let a = &f.attempt;
+        let (status, used, next_at, finished_at) = finish_columns(f.next, now);
+        sqlx::query(sql)
             .bind(status.as_str())
             .bind(used)
             .bind(next_at)
@@ -758,18 +779,25 @@ where
             .bind(&a.response_body)
             .bind(a.error_class.map(|c| c.as_str()))
             .bind(&a.error_message)
-            .bind(f.destination_id.to_string());
-        let mut results = Executor::fetch_many(&mut **tx, query);
-        // The update's RETURNING row (the first statement's) says the delivery was still
-        // ours; the last statement's row, whether more is due.
+            .bind(f.destination_id.to_string())
+    }
+
+    /// What a [`Self::finish_batch`] answered, its update being statement `update`: that
+    /// statement's RETURNING row says the delivery was still ours; the one row after it,
+    /// whether more is due.
+    fn finish_batch_effects(
+        results: Vec<sqlx::Either<<D::DB as sqlx::Database>::QueryResult, DbRow<D>>>,
+        update: usize,
+    ) -> Result<FinishEffects> {
         let (mut statement, mut applied, mut more_due) = (0, false, None);
-        while let Some(step) = results.try_next().await? {
+        for step in results {
             match step {
                 sqlx::Either::Left(_) => statement += 1,
-                sqlx::Either::Right(_) if statement == 0 => applied = true,
-                sqlx::Either::Right(row) => {
+                sqlx::Either::Right(_) if statement == update => applied = true,
+                sqlx::Either::Right(row) if statement > update => {
                     more_due = Some(sqlx::Row::try_get::<bool, _>(&row, 0)?)
                 }
+                sqlx::Either::Right(_) => {}
             }
         }
         Ok(FinishEffects {
@@ -777,6 +805,32 @@ where
             more_due,
             ..Default::default()
         })
+    }
+
+    /// [`Self::finish_in`] of an attempt that finishes at once, inside `tx`.
+    async fn finish_at_once_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        f: &FinishedAttempt,
+        now: UnixMs,
+    ) -> Result<FinishEffects> {
+        use futures_util::TryStreamExt as _;
+        let batch = Self::finish_batch(f);
+        let query = Self::finish_batch_query(&batch, f, now);
+        let results = Executor::fetch_many(&mut **tx, query).try_collect().await?;
+        Self::finish_batch_effects(results, 0)
+    }
+
+    /// An attempt that finishes at once, recorded alone: its batch inside `BEGIN
+    /// IMMEDIATE … COMMIT` of its own, so the whole transaction is one round trip.
+    async fn finish_alone(
+        writer: super::write::Writer<'_, D::DB>,
+        f: &FinishedAttempt,
+        now: UnixMs,
+    ) -> Result<FinishEffects> {
+        let batch = format!("BEGIN IMMEDIATE; {}; COMMIT", Self::finish_batch(f));
+        let query = Self::finish_batch_query(&batch, f, now);
+        let results = writer.run_transaction_batch(query).await?;
+        Self::finish_batch_effects(results, 1)
     }
 
     /// Adds the destinations of the claimed deliveries, read in the claim's transaction
@@ -802,40 +856,21 @@ where
         Ok(claimed)
     }
 
+    /// One finished attempt and its consequences, inside `tx`.
     async fn finish_in(
         tx: &mut WriteTx<'_, D::DB>,
         f: &FinishedAttempt,
         rule: &AutoDisable,
         now: UnixMs,
     ) -> Result<FinishEffects> {
+        if Self::finishes_at_once(f) {
+            return Self::finish_at_once_in(tx, f, now).await;
+        }
         let a = &f.attempt;
         // The delivery first: it is the guard (still ours?) and, on SQLite, takes the write lock.
-        let (status, used, next_at, finished_at) = match f.next {
-            NextStep::Succeeded => (DeliveryStatus::Succeeded, 1_i64, None, Some(now)),
-            NextStep::Retry { at } => (DeliveryStatus::Retrying, 1, Some(at), None),
-            NextStep::DeadLetter => (DeliveryStatus::Failed, 1, None, Some(now)),
-            NextStep::Lost { retry_at, .. } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
-        };
+        let (status, used, next_at, finished_at) = finish_columns(f.next, now);
         let crashed = matches!(f.next, NextStep::Lost { crashed: true, .. });
-        // A crash-lost attempt adds to the delivery's lost streak (anything else ends
-        // it); the one that reaches the limit fails the delivery instead.
-        let given_up = "$10 AND lost_streak + 1 >= $11";
-        let sql = format!(
-            "UPDATE deliveries SET \
-               status = CASE WHEN {given_up} THEN 'failed' \
-                             WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
-               attempts = attempts + $2, lease_expires_at = NULL, \
-               next_attempt_at = CASE WHEN {given_up} THEN NULL ELSE $3 END, \
-               finished_at = CASE WHEN {given_up} THEN $6 ELSE $7 END, \
-               lost_streak = CASE WHEN $10 THEN lost_streak + 1 ELSE 0 END, \
-               last_error_class = $4, last_status_code = $5, updated_at = $6 \
-             WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9) \
-             RETURNING status, event_id"
-        );
-        if D::BACKEND == Backend::Sqlite && !crashed && !matches!(f.next, NextStep::DeadLetter) {
-            return Self::finish_at_once_in(tx, f, &sql, (status, used, next_at, finished_at), now)
-                .await;
-        }
+        let sql = finish_update_sql();
         let done: Option<(String, String)> = sqlx::query_as(&sql)
             .bind(status.as_str())
             .bind(used)
@@ -992,4 +1027,38 @@ where
         }
         Ok(effects)
     }
+}
+
+/// The delivery's columns after an attempt that ends with `next`: its status, the attempts
+/// it used, when it is due again and when it finished.
+fn finish_columns(
+    next: NextStep,
+    now: UnixMs,
+) -> (DeliveryStatus, i64, Option<UnixMs>, Option<UnixMs>) {
+    match next {
+        NextStep::Succeeded => (DeliveryStatus::Succeeded, 1, None, Some(now)),
+        NextStep::Retry { at } => (DeliveryStatus::Retrying, 1, Some(at), None),
+        NextStep::DeadLetter => (DeliveryStatus::Failed, 1, None, Some(now)),
+        NextStep::Lost { retry_at, .. } => (DeliveryStatus::Retrying, 0, Some(retry_at), None),
+    }
+}
+
+/// The update of a delivery whose attempt ended, the guard of everything else recorded
+/// (`RETURNING` a row only while the claim is still this worker's). A crash-lost attempt
+/// ($10) adds to the delivery's lost streak (anything else ends it); the one that reaches
+/// the limit ($11) fails the delivery instead.
+fn finish_update_sql() -> String {
+    let given_up = "$10 AND lost_streak + 1 >= $11";
+    format!(
+        "UPDATE deliveries SET \
+           status = CASE WHEN {given_up} THEN 'failed' \
+                         WHEN $1 = 'retrying' AND attempts + $2 = 0 THEN 'pending' ELSE $1 END, \
+           attempts = attempts + $2, lease_expires_at = NULL, \
+           next_attempt_at = CASE WHEN {given_up} THEN NULL ELSE $3 END, \
+           finished_at = CASE WHEN {given_up} THEN $6 ELSE $7 END, \
+           lost_streak = CASE WHEN $10 THEN lost_streak + 1 ELSE 0 END, \
+           last_error_class = $4, last_status_code = $5, updated_at = $6 \
+         WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9) \
+         RETURNING status, event_id"
+    )
 }

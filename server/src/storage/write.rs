@@ -235,6 +235,23 @@ where
         done
     }
 
+    /// Runs a batch of statements that opens and commits its own transaction (SQLite:
+    /// `BEGIN IMMEDIATE; …; COMMIT` in one string, one round trip), with every statement's
+    /// results. The connection counts as clean only if all of it ran: a batch that failed
+    /// midway may have left its transaction open, so its connection is closed.
+    pub async fn run_transaction_batch<'q, A>(
+        mut self,
+        query: Query<'q, DB, A>,
+    ) -> sqlx::Result<Vec<sqlx::Either<DB::QueryResult, DB::Row>>>
+    where
+        A: 'q + IntoArguments<'q, DB>,
+    {
+        use futures_util::TryStreamExt as _;
+        let all = Executor::fetch_many(self.conn(), query).try_collect().await;
+        self.clean = all.is_ok();
+        all
+    }
+
     /// Runs one statement that returns rows on its own, outside a transaction.
     pub async fn fetch_all<'q, O, A>(mut self, query: QueryAs<'q, DB, O, A>) -> sqlx::Result<Vec<O>>
     where
@@ -453,6 +470,51 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(n, 1);
+    }
+
+    #[tokio::test]
+    async fn a_batch_that_commits_itself_is_written_and_one_that_fails_midway_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "b.db").await;
+        let writes = Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"));
+        let writer = writes.writer(Durability::Engine).await.unwrap();
+        let results = writer
+            .run_transaction_batch(
+                sqlx::query(
+                    "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES ($1) RETURNING v; \
+                     INSERT INTO t (v) VALUES ($2); COMMIT",
+                )
+                .bind(vec![1u8])
+                .bind(vec![2u8]),
+            )
+            .await
+            .unwrap();
+        // BEGIN, the first insert's row and its end, the second insert, COMMIT.
+        assert_eq!(results.len(), 5);
+        assert!(results[1].is_right());
+        // Fails at its second insert, inside the transaction it opened.
+        let writer = writes.writer(Durability::Engine).await.unwrap();
+        assert!(writer
+            .run_transaction_batch(sqlx::query(
+                "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'03'); INSERT INTO nowhere VALUES (1); COMMIT",
+            ))
+            .await
+            .is_err());
+        // Its connection was closed, so its insert went with it, and the next write
+        // begins cleanly.
+        let mut writer = writes.writer(Durability::Engine).await.unwrap();
+        let mut tx = writer.begin().await.unwrap();
+        sqlx::query("INSERT INTO t (v) VALUES (x'04')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        drop(writer);
+        let values: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT v FROM t ORDER BY v")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert_eq!(values, vec![(vec![1u8],), (vec![2u8],), (vec![4u8],)]);
     }
 
     #[tokio::test]
