@@ -535,16 +535,26 @@ where
             }
         }
         let wait = if granted < wanted {
-            let oldest: Option<i64> =
-                sqlx::query_scalar("SELECT MIN(at) FROM rate_events WHERE key = $1")
-                    .bind(key)
-                    .fetch_one(&mut **tx)
-                    .await?;
-            (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
+            Self::until_a_slot_frees_in(tx, key, window_ms, now).await?
         } else {
             0
         };
         Ok((granted, wait))
+    }
+
+    /// Milliseconds until the oldest slot of `key`'s window ends (at least 1).
+    async fn until_a_slot_frees_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        key: &str,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<i64> {
+        let oldest: Option<i64> =
+            sqlx::query_scalar("SELECT MIN(at) FROM rate_events WHERE key = $1")
+                .bind(key)
+                .fetch_one(&mut **tx)
+                .await?;
+        Ok((oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms))
     }
 
     /// [`Self::take_slots_in`] on SQLite, where the transaction already holds the one write
@@ -585,12 +595,7 @@ where
             .await?;
         let granted = done.last().copied().unwrap_or(0) as i64;
         let wait = if granted < wanted {
-            let oldest: Option<i64> =
-                sqlx::query_scalar("SELECT MIN(at) FROM rate_events WHERE key = $1")
-                    .bind(key)
-                    .fetch_one(&mut **tx)
-                    .await?;
-            (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
+            Self::until_a_slot_frees_in(tx, key, window_ms, now).await?
         } else {
             0
         };
@@ -721,10 +726,7 @@ where
     /// an upgrade of sqlx must keep the finish and rate-limit tests on SQLite green.
     fn finish_batch(f: &FinishedAttempt) -> String {
         let mut batch = format!(
-            "{}; \
-             INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
-             request_url, request_headers, request_body, response_status, response_headers, response_body, \
-             error_class, error_message) \
+            "{}; INSERT INTO attempts ({ATTEMPT_COLUMNS}) \
              SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25 \
              WHERE changes() = 1",
             finish_update_sql()
@@ -751,9 +753,20 @@ where
         f: &'q FinishedAttempt,
         now: UnixMs,
     ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
+        let query = Self::bind_finish_update(sqlx::query(sql), f, now);
+        Self::bind_attempt(query, &f.attempt, &f.attempt.error_message)
+            .bind(f.destination_id.to_string())
+    }
+
+    /// Binds [`finish_update_sql`]'s `$1`…`$11` for `f`.
+    fn bind_finish_update<'q>(
+        query: sqlx::query::Query<'q, D::DB, Args<'q, D>>,
+        f: &'q FinishedAttempt,
+        now: UnixMs,
+    ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
         let a = &f.attempt;
         let (status, used, next_at, finished_at) = finish_columns(f.next, now);
-        sqlx::query(sql)
+        query
             .bind(status.as_str())
             .bind(used)
             .bind(next_at)
@@ -763,8 +776,18 @@ where
             .bind(finished_at)
             .bind(a.delivery_id.to_string())
             .bind(f.only_if_lease_expired_before)
-            .bind(false)
+            .bind(matches!(f.next, NextStep::Lost { crashed: true, .. }))
             .bind(crate::storage::LOST_IN_A_ROW_FAILS)
+    }
+
+    /// Binds the next 14 parameters to the values of [`ATTEMPT_COLUMNS`] for `a`, its
+    /// error message being `message`.
+    fn bind_attempt<'q>(
+        query: sqlx::query::Query<'q, D::DB, Args<'q, D>>,
+        a: &'q Attempt,
+        message: &'q Option<String>,
+    ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
+        query
             .bind(a.id.to_string())
             .bind(a.delivery_id.to_string())
             .bind(a.space_id.to_string())
@@ -778,8 +801,7 @@ where
             .bind(a.response_headers.as_ref().map(|h| h.to_string()))
             .bind(&a.response_body)
             .bind(a.error_class.map(|c| c.as_str()))
-            .bind(&a.error_message)
-            .bind(f.destination_id.to_string())
+            .bind(message)
     }
 
     /// What a [`Self::finish_batch`] answered, its update being statement `update`: that
@@ -868,23 +890,17 @@ where
         }
         let a = &f.attempt;
         // The delivery first: it is the guard (still ours?) and, on SQLite, takes the write lock.
-        let (status, used, next_at, finished_at) = finish_columns(f.next, now);
         let crashed = matches!(f.next, NextStep::Lost { crashed: true, .. });
         let sql = finish_update_sql();
-        let done: Option<(String, String)> = sqlx::query_as(&sql)
-            .bind(status.as_str())
-            .bind(used)
-            .bind(next_at)
-            .bind(a.error_class.map(|c| c.as_str()))
-            .bind(a.response_status)
-            .bind(now)
-            .bind(finished_at)
-            .bind(a.delivery_id.to_string())
-            .bind(f.only_if_lease_expired_before)
-            .bind(crashed)
-            .bind(crate::storage::LOST_IN_A_ROW_FAILS)
+        let done = Self::bind_finish_update(sqlx::query(&sql), f, now)
             .fetch_optional(&mut **tx)
-            .await?;
+            .await?
+            .map(
+                |row| -> std::result::Result<(String, String), sqlx::Error> {
+                    Ok((sqlx::Row::try_get(&row, 0)?, sqlx::Row::try_get(&row, 1)?))
+                },
+            )
+            .transpose()?;
         let Some((new_status, event_id)) = done else {
             // No longer ours (recovered by another worker): nothing was changed.
             return Ok(FinishEffects::default());
@@ -899,28 +915,13 @@ where
         } else {
             a.error_message.clone()
         };
-        sqlx::query(
-            "INSERT INTO attempts (id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
-             request_url, request_headers, request_body, response_status, response_headers, response_body, \
-             error_class, error_message) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-        )
-        .bind(a.id.to_string())
-        .bind(a.delivery_id.to_string())
-        .bind(a.space_id.to_string())
-        .bind(a.attempt_number)
-        .bind(a.started_at)
-        .bind(a.duration_ms)
-        .bind(&a.request_url)
-        .bind(a.request_headers.to_string())
-        .bind(&a.request_body)
-        .bind(a.response_status)
-        .bind(a.response_headers.as_ref().map(|h| h.to_string()))
-        .bind(&a.response_body)
-        .bind(a.error_class.map(|c| c.as_str()))
-        .bind(&message)
-        .execute(&mut **tx)
-        .await?;
+        let insert = format!(
+            "INSERT INTO attempts ({ATTEMPT_COLUMNS}) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
+        );
+        Self::bind_attempt(sqlx::query(&insert), a, &message)
+            .execute(&mut **tx)
+            .await?;
 
         let mut effects = FinishEffects {
             applied: true,
@@ -1028,6 +1029,12 @@ where
         Ok(effects)
     }
 }
+
+/// The columns of an attempt row, in the order [`Store::bind_attempt`] binds them.
+const ATTEMPT_COLUMNS: &str =
+    "id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
+    request_url, request_headers, request_body, response_status, response_headers, response_body, \
+    error_class, error_message";
 
 /// The delivery's columns after an attempt that ends with `next`: its status, the attempts
 /// it used, when it is due again and when it finished.
