@@ -70,8 +70,18 @@ on_both_backends! {
         let (mut succeeded, mut retried) = (false, false);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(45);
         loop {
-            let (_, page) = get("/deliveries?limit=100".into()).await;
-            for d in page["data"].as_array().cloned().unwrap_or_default() {
+            // The newest hundred, and the newest of each error class wanted: a slow
+            // receiver's timeout lands on a delivery from its backlog, which the newest
+            // page soon leaves behind.
+            let mut seen = Vec::new();
+            for path in ["/deliveries?limit=100".to_owned()].into_iter().chain(
+                ["http", "timeout", "transformation", "rate_limited"]
+                    .map(|c| format!("/deliveries?errorClass={c}&limit=1")),
+            ) {
+                let (_, page) = get(path).await;
+                seen.extend(page["data"].as_array().cloned().unwrap_or_default());
+            }
+            for d in seen {
                 if let Some(class) = d["lastErrorClass"].as_str() {
                     classes.insert(class.to_owned());
                 }
