@@ -50,6 +50,7 @@ use crate::domain::*;
 mod alerts;
 mod audit;
 mod channels;
+pub mod checkpoint;
 mod deliveries;
 mod destinations;
 mod event_types;

@@ -12,6 +12,7 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 
+use super::checkpoint::{Checkpointer, BACKSTOP_PAGES};
 use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
 use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writes};
@@ -42,7 +43,10 @@ impl Store<Sqlite> {
             .busy_timeout(Duration::from_secs(10))
             // Statement journals and sorts in memory: on disk each was a file created and
             // unlinked in /var/tmp, which a publish and a claim did once an event.
-            .pragma("temp_store", "memory");
+            .pragma("temp_store", "memory")
+            // Checkpoints are the checkpointer's ([`Checkpointer`]), not a `COMMIT`'s made
+            // while the write gate is held; a writer checkpoints only past the backstop.
+            .pragma("wal_autocheckpoint", BACKSTOP_PAGES.to_string());
         if let Some(parent) = options.get_filename().parent() {
             if !parent.as_os_str().is_empty() {
                 std::fs::create_dir_all(parent)?;
@@ -62,14 +66,17 @@ impl Store<Sqlite> {
             .max_connections(4)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .test_before_acquire(false)
-            .connect_with(options.synchronous(SqliteSynchronous::Normal))
+            .connect_with(options.clone().synchronous(SqliteSynchronous::Normal))
             .await?;
+        let (checkpointer, committed) = Checkpointer::new(options, pool.clone());
+        tokio::spawn(checkpointer.run());
         let writes = Writes::new(
             pool.clone(),
             engine_pool.clone(),
             true,
             Some("BEGIN IMMEDIATE"),
-        );
+        )
+        .telling(committed);
         Ok(Store::new(pool, engine_pool, writes))
     }
 }

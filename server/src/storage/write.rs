@@ -27,6 +27,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::query::{Query, QueryAs};
 use sqlx::{Connection as _, Database, Executor, FromRow, IntoArguments, Pool, Transaction};
 use tokio::sync::{Mutex, MutexGuard};
+
+use super::checkpoint::Committed;
 
 tokio::task_local! {
     /// The time the writers of a task inside [`metered`] have held their connection.
@@ -79,6 +82,46 @@ pub struct Writes<DB: Database> {
     gate: Option<Arc<Mutex<Kept<DB>>>>,
     /// How a write transaction begins: `BEGIN IMMEDIATE` on SQLite; `None`: `BEGIN`.
     begin: Option<&'static str>,
+    /// SQLite: told after each write, so the WAL is checkpointed off the write path
+    /// ([`super::checkpoint`]). `None`: nobody to tell (PostgreSQL, tests).
+    committed: Option<Committed>,
+    /// When a writer outside [`metered`] (the engine, a publish, a person's change) last
+    /// asked for the write path: a background task takes shorter turns while they write.
+    others: Arc<LastWrite>,
+}
+
+/// The last time a writer not [`metered`] asked for the write path: microseconds after
+/// `origin`, plus one (0: never).
+#[derive(Debug)]
+struct LastWrite {
+    origin: Instant,
+    at: AtomicU64,
+}
+
+impl Default for LastWrite {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            at: AtomicU64::new(0),
+        }
+    }
+}
+
+impl LastWrite {
+    fn now(&self) {
+        let micros = self.origin.elapsed().as_micros() as u64 + 1;
+        self.at.store(micros, Ordering::Relaxed);
+    }
+
+    fn within(&self, window: Duration) -> bool {
+        match self.at.load(Ordering::Relaxed) {
+            0 => false,
+            at => {
+                let now = self.origin.elapsed().as_micros() as u64 + 1;
+                Duration::from_micros(now.saturating_sub(at)) <= window
+            }
+        }
+    }
 }
 
 /// The connections the write gate keeps, one per [`Durability`]; `None` until the first
@@ -124,7 +167,20 @@ impl<DB: Database> Writes<DB> {
             engine,
             gate: gated.then(Default::default),
             begin,
+            committed: None,
+            others: Arc::default(),
         }
+    }
+
+    /// Whether a writer outside [`metered`] asked for the write path within `window`.
+    pub fn others_wrote_within(&self, window: Duration) -> bool {
+        self.others.within(window)
+    }
+
+    /// Tells `committed` after every write (SQLite's checkpointer).
+    pub fn telling(mut self, committed: Committed) -> Self {
+        self.committed = Some(committed);
+        self
     }
 
     /// The gate (when there is one: first come first served) and the connection it keeps
@@ -135,6 +191,9 @@ impl<DB: Database> Writes<DB> {
             Durability::Full => &self.full,
             Durability::Engine => &self.engine,
         };
+        if HELD.try_with(|_| ()).is_err() {
+            self.others.now();
+        }
         match &self.gate {
             Some(gate) => {
                 let mut kept = gate.lock().await;
@@ -146,9 +205,11 @@ impl<DB: Database> Writes<DB> {
                 if kept.slot(durability).is_none() {
                     *kept.slot(durability) = Some(pool.acquire().await?.detach());
                 }
-                Ok(Writer::new(Held::Kept(kept, durability), self.begin))
+                Ok(Writer::new(Held::Kept(kept, durability), self.begin)
+                    .telling(self.committed.as_ref()))
             }
-            None => Ok(Writer::new(Held::Pooled(pool.acquire().await?), self.begin)),
+            None => Ok(Writer::new(Held::Pooled(pool.acquire().await?), self.begin)
+                .telling(self.committed.as_ref())),
         }
     }
 }
@@ -182,6 +243,8 @@ pub struct Writer<'g, DB: Database> {
     clean: bool,
     /// When the gate and the connection were taken (for [`held`]).
     taken: Instant,
+    /// Told when the writer is done (see [`Writes::telling`]).
+    committed: Option<&'g Committed>,
 }
 
 impl<'g, DB: Database> Writer<'g, DB> {
@@ -191,7 +254,13 @@ impl<'g, DB: Database> Writer<'g, DB> {
             begin,
             clean: false,
             taken: Instant::now(),
+            committed: None,
         }
+    }
+
+    fn telling(mut self, committed: Option<&'g Committed>) -> Self {
+        self.committed = committed;
+        self
     }
 
     /// Takes a connection from `pool`, without a gate.
@@ -272,6 +341,9 @@ impl<DB: Database> Drop for Writer<'_, DB> {
                 // Dropped, it closes (its thread ends and SQLite rolls back what was open).
                 Held::Kept(kept, durability) => drop(kept.slot(*durability).take()),
             }
+        }
+        if let Some(committed) = self.committed {
+            committed.tell();
         }
         let held = self.taken.elapsed();
         // Outside `metered` there is nothing to count into.
@@ -374,6 +446,21 @@ mod tests {
         // Outside `metered`, nothing is counted.
         drop(writes.writer(Durability::Engine).await.unwrap());
         assert_eq!(super::held(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_metered_writer_is_not_counted_as_another_writer_and_an_unmetered_one_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "o.db").await;
+        let writes = Writes::new(pool.clone(), pool, true, Some("BEGIN IMMEDIATE"));
+        let window = Duration::from_millis(200);
+        assert!(!writes.others_wrote_within(window), "nobody wrote yet");
+        metered(async { drop(writes.writer(Durability::Engine).await.unwrap()) }).await;
+        assert!(!writes.others_wrote_within(window), "the purge's own writes");
+        drop(writes.writer(Durability::Full).await.unwrap());
+        assert!(writes.others_wrote_within(window));
+        tokio::time::sleep(window + Duration::from_millis(50)).await;
+        assert!(!writes.others_wrote_within(window), "long enough ago");
     }
 
     #[tokio::test]

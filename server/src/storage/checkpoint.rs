@@ -1,0 +1,167 @@
+//! SQLite's WAL checkpoints, moved off the write path (docs §7).
+//!
+//! By default SQLite checkpoints inside the `COMMIT` that takes the WAL past 1,000 pages:
+//! that writer copies the WAL back into the database file and syncs both, while it still
+//! holds the write gate, so every claim, finish and publish queued behind it waits too.
+//! After a retention batch (thousands of index pages freed) that is tens of milliseconds.
+//!
+//! Here the write connections checkpoint only as a backstop ([`BACKSTOP_PAGES`], should
+//! this task fall behind or stop), and a task of their own does the work: woken by a
+//! commit, it waits [`Checkpointer::PERIOD`] for more to gather, then runs
+//! `PRAGMA wal_checkpoint(PASSIVE)` on a connection of its own. A passive checkpoint
+//! takes neither the write lock nor the gate: writers append to the WAL while it copies,
+//! and a writer restarts the WAL from its beginning once a checkpoint has copied all of it,
+//! so the file stays small. Idle, the task sleeps; it ends when the store is dropped or
+//! its pool closed.
+
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
+use sqlx::{ConnectOptions as _, Connection as _};
+use tokio::sync::mpsc;
+
+/// The WAL size (pages) at which a writer's own `COMMIT` checkpoints anyway: only when the
+/// task has fallen far behind (SQLite's default is 1,000).
+pub const BACKSTOP_PAGES: u32 = 10_000;
+
+/// What the write path holds: a way to say "something was committed" that never waits.
+#[derive(Debug, Clone)]
+pub struct Committed(mpsc::Sender<()>);
+
+impl Committed {
+    /// A commit happened: the checkpointer will look at the WAL soon. Free when it
+    /// already knows.
+    pub fn tell(&self) {
+        let _ = self.0.try_send(());
+    }
+}
+
+/// The checkpointing task's settings and state.
+pub struct Checkpointer {
+    options: SqliteConnectOptions,
+    pool: SqlitePool,
+    commits: mpsc::Receiver<()>,
+}
+
+impl Checkpointer {
+    /// How long after a commit the task checkpoints, so that a burst of commits costs one
+    /// checkpoint, not one each.
+    pub const PERIOD: Duration = Duration::from_millis(100);
+
+    /// A checkpointer for the database of `options` (its own connection), stopping when
+    /// `pool` closes or every [`Committed`] is dropped; and the handle the writers tell.
+    pub fn new(options: SqliteConnectOptions, pool: SqlitePool) -> (Self, Committed) {
+        let (tell, commits) = mpsc::channel(1);
+        (
+            Self {
+                options,
+                pool,
+                commits,
+            },
+            Committed(tell),
+        )
+    }
+
+    /// Runs until the store is gone. A checkpoint that fails is logged and tried again
+    /// after the next commit (the backstop keeps the WAL bounded meanwhile).
+    pub async fn run(mut self) {
+        let mut conn = None;
+        loop {
+            tokio::select! {
+                told = self.commits.recv() => if told.is_none() { break },
+                _ = self.pool.close_event() => break,
+            }
+            tokio::time::sleep(Self::PERIOD).await;
+            if conn.is_none() {
+                match self.options.connect().await {
+                    Ok(c) => conn = Some(c),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "opening the checkpoint connection failed");
+                        continue;
+                    }
+                }
+            }
+            let Some(c) = conn.as_mut() else { continue };
+            let done: sqlx::Result<(i64, i64, i64)> =
+                sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                    .fetch_one(&mut *c)
+                    .await;
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "checkpointing the WAL failed; trying again later");
+                conn = None;
+            }
+        }
+        if let Some(c) = conn {
+            let _ = c.close().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::store::Store;
+    use super::super::write::Durability;
+    use super::*;
+
+    fn file_len(path: &std::path::Path) -> u64 {
+        std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn committed_pages_reach_the_database_file_without_a_writer_checkpointing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let store = Store::<super::super::sqlite::Sqlite>::connect(&format!(
+            "sqlite://{}",
+            path.display()
+        ))
+        .await
+        .unwrap();
+        let write = |sql: &'static str| async {
+            store
+                .writes
+                .writer(Durability::Full)
+                .await
+                .unwrap()
+                .execute(sqlx::query(sql))
+                .await
+                .unwrap()
+        };
+        write("CREATE TABLE t (v BLOB)").await;
+        // About 500 pages: far below the backstop, so no COMMIT checkpoints by itself.
+        write("INSERT INTO t SELECT randomblob(2000000)").await;
+        let wal = dir.path().join("c.db-wal");
+        let wal_len = file_len(&wal);
+        assert!(wal_len > 2_000_000, "the write went to the WAL");
+        // The checkpointer copies them into the database file soon after.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while file_len(&path) < 2_000_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "not checkpointed: the file has {} bytes",
+                file_len(&path)
+            );
+            tokio::time::sleep(Checkpointer::PERIOD).await;
+        }
+        // Checkpointed whole: the next write starts the WAL over instead of growing it.
+        write("INSERT INTO t VALUES (x'00')").await;
+        assert!(file_len(&wal) <= wal_len, "{} > {wal_len}", file_len(&wal));
+    }
+
+    #[tokio::test]
+    async fn the_checkpointer_stops_when_the_store_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("d.db"))
+            .create_if_missing(true);
+        let pool = SqlitePool::connect_with(options.clone()).await.unwrap();
+        let (checkpointer, committed) = Checkpointer::new(options, pool);
+        let task = tokio::spawn(checkpointer.run());
+        committed.tell();
+        drop(committed);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the task ended")
+            .unwrap();
+    }
+}
