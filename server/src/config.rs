@@ -164,7 +164,8 @@ impl RetentionConfig {
             interval: self.interval.as_duration(),
             batch: 1000,
             batch_time: std::time::Duration::from_millis(5),
-            pause: std::time::Duration::from_millis(20),
+            busy_batch_time: std::time::Duration::from_millis(1),
+            pause: std::time::Duration::from_millis(2),
             vacuum_pages: 4096,
             audit: self.audit,
         }

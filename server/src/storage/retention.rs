@@ -33,13 +33,15 @@ pub trait RetentionStore: Send + Sync + std::fmt::Debug {
         limit: i64,
     ) -> Result<Vec<DeliveryId>>;
 
-    /// Deletes at most `limit` attempts of these deliveries; how many it deleted (call
-    /// again until none are left).
-    async fn purge_attempts(&self, deliveries: &[DeliveryId], limit: i64) -> Result<u64>;
+    /// Deletes these deliveries that are finished (a waiting one, or one resent meanwhile,
+    /// is never touched) with all their attempts, in one transaction; how many deliveries
+    /// and attempts it deleted.
+    async fn purge_finished(&self, deliveries: &[DeliveryId]) -> Result<(u64, u64)>;
 
-    /// Deletes these deliveries, those of them that are finished (a waiting one is never
-    /// touched); how many.
-    async fn purge_deliveries(&self, deliveries: &[DeliveryId]) -> Result<u64>;
+    /// Whether a writer other than a metered background task (the purge) asked for the
+    /// write path within `window`: the engine or a person is writing, so the purge takes
+    /// shorter turns.
+    fn others_wrote_within(&self, window: std::time::Duration) -> bool;
 
     /// Looks at up to `limit` events of the space created before `before`, after the
     /// cursor `after`, and deletes those with no delivery left; returns how many it
@@ -123,36 +125,43 @@ where
         ids.iter().map(|(id,)| parse("deliveries.id", id)).collect()
     }
 
-    async fn purge_attempts(&self, deliveries: &[DeliveryId], limit: i64) -> Result<u64> {
+    async fn purge_finished(&self, deliveries: &[DeliveryId]) -> Result<(u64, u64)> {
         if deliveries.is_empty() {
-            return Ok(0);
+            return Ok((0, 0));
         }
-        let mut q = Sql::<D>::new(
-            "DELETE FROM attempts WHERE id IN (SELECT id FROM attempts WHERE delivery_id IN (",
-        );
-        q.push_list(deliveries.iter().map(|d| d.to_string()));
-        q.push(") LIMIT ").push_bind(limit).push(")");
-        let (sql, args) = q.into_parts()?;
-        let done = self
-            .execute(Durability::Engine, sqlx::query_with(&sql, args))
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn purge_deliveries(&self, deliveries: &[DeliveryId]) -> Result<u64> {
-        if deliveries.is_empty() {
-            return Ok(0);
+        let ids = || deliveries.iter().map(|d| d.to_string());
+        if D::BACKEND == Backend::Sqlite {
+            return self.purge_finished_at_once(ids().collect()).await;
         }
-        let mut q = Sql::<D>::new(format!(
+        // The attempts first (they point at their delivery), of finished deliveries only:
+        // finished is checked again here, under the write lock.
+        let mut attempts = Sql::<D>::new(format!(
+            "DELETE FROM attempts WHERE delivery_id IN ( \
+               SELECT id FROM deliveries WHERE status IN {FINISHED} AND id IN ("
+        ));
+        attempts.push_list(ids()).push("))");
+        let mut finished = Sql::<D>::new(format!(
             "DELETE FROM deliveries WHERE status IN {FINISHED} AND id IN ("
         ));
-        q.push_list(deliveries.iter().map(|d| d.to_string()));
-        q.push(")");
-        let (sql, args) = q.into_parts()?;
-        let done = self
-            .execute(Durability::Engine, sqlx::query_with(&sql, args))
-            .await?;
-        Ok(done.rows_affected())
+        finished.push_list(ids()).push(")");
+        let (attempts_sql, attempts_args) = attempts.into_parts()?;
+        let (finished_sql, finished_args) = finished.into_parts()?;
+        let mut writer = self.writes.writer(Durability::Engine).await?;
+        let mut tx = writer.begin().await?;
+        let attempts = sqlx::query_with(&attempts_sql, attempts_args)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let deliveries = sqlx::query_with(&finished_sql, finished_args)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok((deliveries, attempts))
+    }
+
+    fn others_wrote_within(&self, window: std::time::Duration) -> bool {
+        self.writes.others_wrote_within(window)
     }
 
     async fn purge_events(
@@ -325,5 +334,50 @@ where
         let sql = format!("PRAGMA incremental_vacuum({})", pages.max(1));
         self.execute(Durability::Engine, sqlx::query(&sql)).await?;
         Ok(())
+    }
+}
+
+impl<D: Dialect> Store<D>
+where
+    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
+    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
+    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
+    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
+    usize: ColumnIndex<DbRow<D>>,
+    i64: SqlValue<D::DB>,
+    Option<i64>: SqlValue<D::DB>,
+    bool: SqlValue<D::DB>,
+    String: SqlValue<D::DB>,
+    Option<String>: SqlValue<D::DB>,
+{
+    /// SQLite's [`RetentionStore::purge_finished`]: the whole transaction as one batch of
+    /// statements, one round trip to the connection's thread, so the write gate is held
+    /// for the work alone and not also for the purge task's turns on the runtime between
+    /// statements (under load each of those waits behind the engine's tasks). The IDs go
+    /// as one JSON array, read twice.
+    async fn purge_finished_at_once(&self, ids: Vec<String>) -> Result<(u64, u64)> {
+        let batch = format!(
+            "BEGIN IMMEDIATE; \
+             DELETE FROM attempts WHERE delivery_id IN ( \
+               SELECT id FROM deliveries WHERE status IN {FINISHED} \
+                 AND id IN (SELECT value FROM json_each($1))); \
+             DELETE FROM deliveries WHERE status IN {FINISHED} \
+               AND id IN (SELECT value FROM json_each($1)); \
+             COMMIT"
+        );
+        let ids = serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?;
+        let writer = self.writes.writer(Durability::Engine).await?;
+        let results = writer
+            .run_transaction_batch(sqlx::query(&batch).bind(ids))
+            .await?;
+        // BEGIN, the attempts, the deliveries, COMMIT.
+        let mut changed = results.iter().filter_map(|r| match r {
+            sqlx::Either::Left(done) => Some(done.rows_affected()),
+            sqlx::Either::Right(_) => None,
+        });
+        let _begin = changed.next();
+        let attempts = changed.next().unwrap_or(0);
+        let deliveries = changed.next().unwrap_or(0);
+        Ok((deliveries, attempts))
     }
 }
