@@ -456,7 +456,10 @@ mod tests {
         let window = Duration::from_millis(200);
         assert!(!writes.others_wrote_within(window), "nobody wrote yet");
         metered(async { drop(writes.writer(Durability::Engine).await.unwrap()) }).await;
-        assert!(!writes.others_wrote_within(window), "the purge's own writes");
+        assert!(
+            !writes.others_wrote_within(window),
+            "the purge's own writes"
+        );
         drop(writes.writer(Durability::Full).await.unwrap());
         assert!(writes.others_wrote_within(window));
         tokio::time::sleep(window + Duration::from_millis(50)).await;
