@@ -46,7 +46,7 @@ pub struct Checkpointer {
 impl Checkpointer {
     /// How long after a commit the task checkpoints, so that a burst of commits costs one
     /// checkpoint, not one each.
-    pub const PERIOD: Duration = Duration::from_millis(100);
+    pub const PERIOD: Duration = Duration::from_millis(250);
 
     /// A checkpointer for the database of `options` (its own connection), stopping when
     /// `pool` closes or every [`Committed`] is dropped; and the handle the writers tell.
