@@ -131,7 +131,35 @@ where
         }
         let ids = || deliveries.iter().map(|d| d.to_string());
         if D::BACKEND == Backend::Sqlite {
-            return self.purge_finished_at_once(ids().collect()).await;
+            // The whole transaction as one batch of statements, one round trip to the
+            // connection's thread, so the write gate is held for the work alone and not
+            // also for the purge task's turns on the runtime between statements (under
+            // load each of those waits behind the engine's tasks). The IDs go as one JSON
+            // array, read twice.
+            let batch = format!(
+                "BEGIN IMMEDIATE; \
+                 DELETE FROM attempts WHERE delivery_id IN ( \
+                   SELECT id FROM deliveries WHERE status IN {FINISHED} \
+                     AND id IN (SELECT value FROM json_each($1))); \
+                 DELETE FROM deliveries WHERE status IN {FINISHED} \
+                   AND id IN (SELECT value FROM json_each($1)); \
+                 COMMIT"
+            );
+            let ids = serde_json::to_string(&ids().collect::<Vec<_>>())
+                .map_err(|e| StorageError::Internal(e.to_string()))?;
+            let writer = self.writes.writer(Durability::Engine).await?;
+            let results = writer
+                .run_transaction_batch(sqlx::query(&batch).bind(ids))
+                .await?;
+            // BEGIN, the attempts, the deliveries, COMMIT.
+            let changed: Vec<u64> = results
+                .iter()
+                .filter_map(|r| r.as_ref().left().map(|done| done.rows_affected()))
+                .collect();
+            return Ok((
+                changed.get(2).copied().unwrap_or(0),
+                changed.get(1).copied().unwrap_or(0),
+            ));
         }
         // The attempts first (they point at their delivery), of finished deliveries only:
         // finished is checked again here, under the write lock.
@@ -334,50 +362,5 @@ where
         let sql = format!("PRAGMA incremental_vacuum({})", pages.max(1));
         self.execute(Durability::Engine, sqlx::query(&sql)).await?;
         Ok(())
-    }
-}
-
-impl<D: Dialect> Store<D>
-where
-    for<'c> &'c mut Conn<D>: Executor<'c, Database = D::DB>,
-    for<'q> Args<'q, D>: IntoArguments<'q, D::DB>,
-    for<'q> &'q str: SqlArg<'q, D::DB> + ColumnIndex<DbRow<D>>,
-    for<'q> Option<&'q str>: SqlArg<'q, D::DB>,
-    usize: ColumnIndex<DbRow<D>>,
-    i64: SqlValue<D::DB>,
-    Option<i64>: SqlValue<D::DB>,
-    bool: SqlValue<D::DB>,
-    String: SqlValue<D::DB>,
-    Option<String>: SqlValue<D::DB>,
-{
-    /// SQLite's [`RetentionStore::purge_finished`]: the whole transaction as one batch of
-    /// statements, one round trip to the connection's thread, so the write gate is held
-    /// for the work alone and not also for the purge task's turns on the runtime between
-    /// statements (under load each of those waits behind the engine's tasks). The IDs go
-    /// as one JSON array, read twice.
-    async fn purge_finished_at_once(&self, ids: Vec<String>) -> Result<(u64, u64)> {
-        let batch = format!(
-            "BEGIN IMMEDIATE; \
-             DELETE FROM attempts WHERE delivery_id IN ( \
-               SELECT id FROM deliveries WHERE status IN {FINISHED} \
-                 AND id IN (SELECT value FROM json_each($1))); \
-             DELETE FROM deliveries WHERE status IN {FINISHED} \
-               AND id IN (SELECT value FROM json_each($1)); \
-             COMMIT"
-        );
-        let ids = serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?;
-        let writer = self.writes.writer(Durability::Engine).await?;
-        let results = writer
-            .run_transaction_batch(sqlx::query(&batch).bind(ids))
-            .await?;
-        // BEGIN, the attempts, the deliveries, COMMIT.
-        let mut changed = results.iter().filter_map(|r| match r {
-            sqlx::Either::Left(done) => Some(done.rows_affected()),
-            sqlx::Either::Right(_) => None,
-        });
-        let _begin = changed.next();
-        let attempts = changed.next().unwrap_or(0);
-        let deliveries = changed.next().unwrap_or(0);
-        Ok((deliveries, attempts))
     }
 }
