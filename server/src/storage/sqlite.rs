@@ -68,15 +68,15 @@ impl Store<Sqlite> {
             .test_before_acquire(false)
             .connect_with(options.clone().synchronous(SqliteSynchronous::Normal))
             .await?;
+        let (checkpointer, committed) = Checkpointer::new(options, pool.clone());
+        tokio::spawn(checkpointer.run());
         let writes = Writes::new(
             pool.clone(),
             engine_pool.clone(),
             true,
             Some("BEGIN IMMEDIATE"),
-        );
-        let (checkpointer, committed) = Checkpointer::new(options, pool.clone(), writes.clone());
-        tokio::spawn(checkpointer.run());
-        let writes = writes.telling(committed);
+        )
+        .telling(committed);
         Ok(Store::new(pool, engine_pool, writes))
     }
 }

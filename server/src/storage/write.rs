@@ -72,7 +72,7 @@ pub enum Durability {
 }
 
 /// The pools writes go through, and the write gate: the only source of [`Writer`]s.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Writes<DB: Database> {
     full: Pool<DB>,
     engine: Pool<DB>,
@@ -88,20 +88,6 @@ pub struct Writes<DB: Database> {
     /// When a writer outside [`metered`] (the engine, a publish, a person's change) last
     /// asked for the write path: a background task takes shorter turns while they write.
     others: Arc<LastWrite>,
-}
-
-// By hand: a derived `Clone` would ask for `DB: Clone`, which the backends are not.
-impl<DB: Database> Clone for Writes<DB> {
-    fn clone(&self) -> Self {
-        Self {
-            full: self.full.clone(),
-            engine: self.engine.clone(),
-            gate: self.gate.clone(),
-            begin: self.begin,
-            committed: self.committed.clone(),
-            others: self.others.clone(),
-        }
-    }
 }
 
 /// The last time a writer not [`metered`] asked for the write path: microseconds after
@@ -191,17 +177,6 @@ impl<DB: Database> Writes<DB> {
         self.others.within(window)
     }
 
-    /// Holds the write gate until the guard drops: no writer of this process writes
-    /// meanwhile (SQLite's checkpointer finishing a checkpoint). `None`: there is no gate.
-    pub async fn hold_gate(&self) -> Option<GateHeld<'_, DB>> {
-        match &self.gate {
-            Some(gate) => Some(GateHeld {
-                _held: gate.lock().await,
-            }),
-            None => None,
-        }
-    }
-
     /// Tells `committed` after every write (SQLite's checkpointer).
     pub fn telling(mut self, committed: Committed) -> Self {
         self.committed = Some(committed);
@@ -237,11 +212,6 @@ impl<DB: Database> Writes<DB> {
                 .telling(self.committed.as_ref())),
         }
     }
-}
-
-/// The write gate, held without writing (see [`Writes::hold_gate`]).
-pub struct GateHeld<'g, DB: Database> {
-    _held: MutexGuard<'g, Kept<DB>>,
 }
 
 /// Where a [`Writer`]'s connection comes from and goes back to.
