@@ -113,28 +113,36 @@ mod tests {
     use super::super::write::Durability;
     use super::*;
 
+    type SqliteStore = Store<super::super::sqlite::Sqlite>;
+
     fn file_len(path: &std::path::Path) -> u64 {
         std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    }
+
+    async fn store_at(path: &std::path::Path) -> SqliteStore {
+        SqliteStore::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+    }
+
+    /// One statement through the store's writers (the gate and its kept connection).
+    async fn write(store: &SqliteStore, durability: Durability, sql: &'static str) {
+        store
+            .writes
+            .writer(durability)
+            .await
+            .unwrap()
+            .execute(sqlx::query(sql))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
     async fn committed_pages_reach_the_database_file_without_a_writer_checkpointing() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.db");
-        let store =
-            Store::<super::super::sqlite::Sqlite>::connect(&format!("sqlite://{}", path.display()))
-                .await
-                .unwrap();
-        let write = |sql: &'static str| async {
-            store
-                .writes
-                .writer(Durability::Full)
-                .await
-                .unwrap()
-                .execute(sqlx::query(sql))
-                .await
-                .unwrap()
-        };
+        let store = store_at(&path).await;
+        let write = |sql| write(&store, Durability::Full, sql);
         write("CREATE TABLE t (v BLOB)").await;
         // About 500 pages: far below the backstop, so no COMMIT checkpoints by itself.
         write("INSERT INTO t SELECT randomblob(2000000)").await;
@@ -179,20 +187,8 @@ mod tests {
     async fn under_a_steady_stream_of_writes_the_wal_stays_within_the_backstop() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let store =
-            Store::<super::super::sqlite::Sqlite>::connect(&format!("sqlite://{}", path.display()))
-                .await
-                .unwrap();
-        let write = |sql: &'static str| async {
-            store
-                .writes
-                .writer(Durability::Engine)
-                .await
-                .unwrap()
-                .execute(sqlx::query(sql))
-                .await
-                .unwrap()
-        };
+        let store = store_at(&path).await;
+        let write = |sql| write(&store, Durability::Engine, sql);
         write("CREATE TABLE t (v INTEGER)").await;
         // Commits back to back from two tasks queueing at the gate, each appending at
         // least one frame: far more than the backstop's worth in all, while the task's

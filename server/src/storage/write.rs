@@ -194,7 +194,7 @@ impl<DB: Database> Writes<DB> {
         if HELD.try_with(|_| ()).is_err() {
             self.others.now();
         }
-        match &self.gate {
+        let held = match &self.gate {
             Some(gate) => {
                 let mut kept = gate.lock().await;
                 // A closed pool closes what it lent out too.
@@ -205,12 +205,11 @@ impl<DB: Database> Writes<DB> {
                 if kept.slot(durability).is_none() {
                     *kept.slot(durability) = Some(pool.acquire().await?.detach());
                 }
-                Ok(Writer::new(Held::Kept(kept, durability), self.begin)
-                    .telling(self.committed.as_ref()))
+                Held::Kept(kept, durability)
             }
-            None => Ok(Writer::new(Held::Pooled(pool.acquire().await?), self.begin)
-                .telling(self.committed.as_ref())),
-        }
+            None => Held::Pooled(pool.acquire().await?),
+        };
+        Ok(Writer::new(held, self.begin, self.committed.as_ref()))
     }
 }
 
@@ -248,25 +247,24 @@ pub struct Writer<'g, DB: Database> {
 }
 
 impl<'g, DB: Database> Writer<'g, DB> {
-    fn new(held: Held<'g, DB>, begin: Option<&'static str>) -> Self {
+    fn new(
+        held: Held<'g, DB>,
+        begin: Option<&'static str>,
+        committed: Option<&'g Committed>,
+    ) -> Self {
         Self {
             held,
             begin,
             clean: false,
             taken: Instant::now(),
-            committed: None,
+            committed,
         }
-    }
-
-    fn telling(mut self, committed: Option<&'g Committed>) -> Self {
-        self.committed = committed;
-        self
     }
 
     /// Takes a connection from `pool`, without a gate.
     #[cfg(test)]
     async fn acquire(pool: &Pool<DB>, begin: Option<&'static str>) -> sqlx::Result<Self> {
-        Ok(Self::new(Held::Pooled(pool.acquire().await?), begin))
+        Ok(Self::new(Held::Pooled(pool.acquire().await?), begin, None))
     }
 
     fn conn(&mut self) -> &mut DB::Connection {
