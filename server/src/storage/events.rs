@@ -83,6 +83,13 @@ where
         now: UnixMs,
     ) -> Result<Vec<Result<Published>>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
+        if let [new] = batch {
+            // A group of one without a key (every publish at low load) on SQLite: two
+            // round trips to the connection's thread in all ([`Self::publish_alone`]).
+            if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
+                return Ok(vec![Ok(Self::publish_alone(&mut writer, new, now).await?)]);
+            }
+        }
         let mut tx = writer.begin().await?;
         if let [new] = batch {
             // A group of one (every publish at low load) needs no savepoint: the
@@ -386,9 +393,18 @@ where
         space: &str,
         event_type: &str,
     ) -> Result<Subscribers> {
+        let (sql, args) = Self::subscribers_sql("", space, event_type).into_parts()?;
+        let destinations = sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)
+            .fetch_all(&mut **tx)
+            .await?;
+        Self::subscribers_of(destinations, event_type)
+    }
+
+    /// The statement of [`Self::subscribers`], after `before`.
+    fn subscribers_sql<'a>(before: &str, space: &'a str, event_type: &str) -> Sql<'a, D> {
         // The type, `*` and its wildcards (`order.*`, …): an IN list on the primary key.
         let mut select = Sql::<D>::new(format!(
-            "SELECT {DESTINATION} FROM destinations WHERE id IN ( \
+            "{before}SELECT {DESTINATION} FROM destinations WHERE id IN ( \
                SELECT destination_id FROM subscriptions WHERE space_id = "
         ));
         select
@@ -396,12 +412,12 @@ where
             .push(" AND event_type IN (")
             .push_list(subscription_keys(event_type))
             .push("))");
-        let (sql, args) = select.into_parts()?;
-        let destinations: Vec<Destination> = convert_all(
-            sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)
-                .fetch_all(&mut **tx)
-                .await?,
-        )?;
+        select
+    }
+
+    /// [`Self::subscribers`]' rows, split into the active and the inactive subscribers.
+    fn subscribers_of(rows: Vec<DestinationRow>, event_type: &str) -> Result<Subscribers> {
+        let destinations: Vec<Destination> = convert_all(rows)?;
         let (active, inactive): (Vec<_>, Vec<_>) = destinations
             .iter()
             .filter(|d| d.subscribes_to(event_type))
@@ -412,6 +428,72 @@ where
         ))
     }
 
+    /// One event without an idempotency key, published alone on SQLite, in two round trips
+    /// to the connection's thread: `BEGIN IMMEDIATE` with the subscribers' read, then the
+    /// event, its deliveries and `COMMIT` (the rare rest — a filter that failed, a
+    /// destination inactive or filtering, a fan-out wider than one INSERT — statement by
+    /// statement, as [`Self::publish_in`] writes it).
+    async fn publish_alone(
+        writer: &mut super::write::Writer<'_, D::DB>,
+        new: &NewEvent,
+        now: UnixMs,
+    ) -> Result<Published> {
+        let e = &new.event;
+        let space = e.space_id.to_string();
+        let (sql, args) =
+            Self::subscribers_sql(&writer.opening(), &space, &e.event_type).into_parts()?;
+        let (mut tx, results) = writer.begin_with(sqlx::query_with(&sql, args)).await?;
+        let rows = results
+            .iter()
+            .filter_map(|step| match step {
+                sqlx::Either::Right(row) => {
+                    Some(<DestinationRow as sqlx::FromRow<_>>::from_row(row))
+                }
+                sqlx::Either::Left(_) => None,
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let (active, inactive) = Self::subscribers_of(rows, &e.event_type)?;
+        let fan = FanOut::of(active, &new.filters);
+        let targets: Vec<(&Event, DestinationId)> = fan.send.iter().map(|d| (e, *d)).collect();
+        Self::count_skipped(&mut tx, inactive.iter().map(|d| (*d, 1))).await?;
+        Self::count_filtered(&mut tx, fan.filtered.iter().map(|d| (*d, 1))).await?;
+        let payload = e.payload.to_string();
+        let mut event = Sql::<D>::new(
+            "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) ",
+        );
+        event.push_values([e], |mut row, e| {
+            row.push_bind(e.id.to_string())
+                .push_bind(&space)
+                .push_bind(&e.event_type)
+                .push_bind(&payload)
+                .push_bind(e.created_at)
+                .push_bind(e.deliver_at);
+        });
+        if fan.failed.is_empty() && targets.len() <= FAN_OUT_CHUNK {
+            if !targets.is_empty() {
+                event.push("; ");
+                Self::push_deliveries(&mut event, &targets, now);
+            }
+            event.push(tx.closing());
+            let (sql, args) = event.into_parts()?;
+            tx.commit_with(sqlx::query_with(&sql, args)).await?;
+        } else {
+            // A failed filter's delivery (it needs the event first), or wider than one
+            // INSERT: statement by statement.
+            let (sql, args) = event.into_parts()?;
+            sqlx::query_with(&sql, args).execute(&mut *tx).await?;
+            Self::insert_failed(&mut tx, e, &fan.failed, now).await?;
+            Self::insert_deliveries(&mut tx, &targets, now).await?;
+            tx.commit().await?;
+        }
+        Ok(Published::Created {
+            event_id: e.id,
+            deliveries: fan.deliveries(),
+            skipped: inactive.len() as i64,
+            destinations: fan.send,
+        })
+    }
+
     /// One pending delivery per (event, destination), due now or at the event's
     /// `deliver_at` (docs §2.1), in multi-row INSERTs.
     async fn insert_deliveries(
@@ -420,27 +502,38 @@ where
         now: UnixMs,
     ) -> Result<()> {
         for chunk in targets.chunks(FAN_OUT_CHUNK) {
-            let mut insert = Sql::<D>::new(
-                "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
-                 attempts, next_attempt_at, created_at, updated_at, deliver_at) ",
-            );
-            insert.push_values(chunk, |mut row, (e, d)| {
-                row.push_bind(DeliveryId::new().to_string())
-                    .push_bind(e.space_id.to_string())
-                    .push_bind(e.id.to_string())
-                    .push_bind(d.to_string())
-                    .push_bind(&e.event_type)
-                    .push_bind(DeliveryStatus::Pending.as_str())
-                    .push_bind(0_i64)
-                    .push_bind(e.deliver_at.unwrap_or(now))
-                    .push_bind(now)
-                    .push_bind(now)
-                    .push_bind(e.deliver_at);
-            });
+            let mut insert = Sql::<D>::new("");
+            Self::push_deliveries(&mut insert, chunk, now);
             let (sql, args) = insert.into_parts()?;
             sqlx::query_with(&sql, args).execute(&mut **tx).await?;
         }
         Ok(())
+    }
+
+    /// Appends the INSERT of [`Self::insert_deliveries`] for `targets` (at most
+    /// [`FAN_OUT_CHUNK`]) to `sql`.
+    fn push_deliveries<'a>(
+        sql: &mut Sql<'a, D>,
+        targets: &[(&'a Event, DestinationId)],
+        now: UnixMs,
+    ) {
+        sql.push(
+            "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+             attempts, next_attempt_at, created_at, updated_at, deliver_at) ",
+        );
+        sql.push_values(targets, |mut row, (e, d)| {
+            row.push_bind(DeliveryId::new().to_string())
+                .push_bind(e.space_id.to_string())
+                .push_bind(e.id.to_string())
+                .push_bind(d.to_string())
+                .push_bind(&e.event_type)
+                .push_bind(DeliveryStatus::Pending.as_str())
+                .push_bind(0_i64)
+                .push_bind(e.deliver_at.unwrap_or(now))
+                .push_bind(now)
+                .push_bind(now)
+                .push_bind(e.deliver_at);
+        });
     }
 
     /// Deliveries that failed before they were tried: the destination's filter failed

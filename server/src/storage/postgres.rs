@@ -4,8 +4,8 @@
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
-use super::store::{Dialect, Store};
-use super::write::{WriteTx, Writes};
+use super::store::{ClaimedFor, Dialect, Store};
+use super::write::{WriteTx, Writer, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
 
@@ -47,16 +47,6 @@ impl Dialect for Postgres {
             .map_err(|e| StorageError::Other(e.into()))
     }
 
-    /// Claims from every instance take turns, so the per-destination in-flight count
-    /// they read is exact; a claim takes milliseconds.
-    async fn lock_claims(tx: &mut WriteTx<'_, sqlx::Postgres>) -> Result<()> {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(CLAIM_LOCK)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
-    }
-
     /// Serializes changes to `users` that depend on the other users (the first admin,
     /// the last admin): under READ COMMITTED two of them could each see the other's
     /// row as it was and both pass. Reads and sign-ins are not blocked.
@@ -67,7 +57,54 @@ impl Dialect for Postgres {
         Ok(())
     }
 
-    async fn claim_in(
+    /// Claims from every instance take turns ([`Postgres::lock_claims`]), so the
+    /// per-destination in-flight count they read is exact; a claim takes milliseconds.
+    async fn claim_in<'w>(
+        writer: &'w mut Writer<'_, sqlx::Postgres>,
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<(WriteTx<'w, sqlx::Postgres>, Vec<ClaimedOne>)> {
+        let mut tx = writer.begin().await?;
+        Self::lock_claims(&mut tx).await?;
+        let claimed = Self::claim_all_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
+        Ok((tx, claimed))
+    }
+
+    async fn claim_for_in<'w>(
+        writer: &'w mut Writer<'_, sqlx::Postgres>,
+        destinations: &[DestinationId],
+        now: UnixMs,
+        limit: i64,
+        lease_margin_ms: i64,
+        limits: &ClaimLimits,
+    ) -> Result<ClaimedFor<'w, sqlx::Postgres>> {
+        let mut tx = writer.begin().await?;
+        Self::lock_claims(&mut tx).await?;
+        let claimed =
+            Self::claim_named_in(&mut tx, destinations, now, limit, lease_margin_ms, limits)
+                .await?;
+        Ok((tx, claimed, None))
+    }
+
+    fn raw_pool(pool: &PgPool) -> RawPool {
+        RawPool::Postgres(pool.clone())
+    }
+}
+
+impl Postgres {
+    /// Makes claims take turns across instances, so the in-flight counts they read are exact.
+    async fn lock_claims(tx: &mut WriteTx<'_, sqlx::Postgres>) -> Result<()> {
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(CLAIM_LOCK)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    /// [`Dialect::claim_in`]'s statement.
+    async fn claim_all_in(
         tx: &mut WriteTx<'_, sqlx::Postgres>,
         now: UnixMs,
         limit: i64,
@@ -88,7 +125,7 @@ impl Dialect for Postgres {
     /// One statement for all the destinations (each one's earliest due deliveries through
     /// `LATERAL … LIMIT` its free slots; a FIFO one's head, when it has nothing in flight):
     /// a round trip to the server per destination would cost more than the claim itself.
-    async fn claim_for_in(
+    async fn claim_named_in(
         tx: &mut WriteTx<'_, sqlx::Postgres>,
         destinations: &[DestinationId],
         now: UnixMs,
@@ -137,9 +174,5 @@ impl Dialect for Postgres {
             .fetch_all(&mut **tx)
             .await?;
         claimed_from(rows)
-    }
-
-    fn raw_pool(pool: &PgPool) -> RawPool {
-        RawPool::Postgres(pool.clone())
     }
 }

@@ -279,9 +279,7 @@ where
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
-        let mut tx = writer.begin().await?;
-        D::lock_claims(&mut tx).await?;
-        let batch = D::claim_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
+        let (mut tx, batch) = D::claim_in(&mut writer, now, limit, lease_margin_ms, limits).await?;
         let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
         let claimed = Self::with_destinations_in(&mut tx, claimed).await?;
         tx.commit().await?;
@@ -297,13 +295,23 @@ where
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
-        let mut tx = writer.begin().await?;
-        D::lock_claims(&mut tx).await?;
-        let mut batch =
-            D::claim_for_in(&mut tx, destinations, now, limit, lease_margin_ms, limits).await?;
+        let (mut tx, mut batch, read) = D::claim_for_in(
+            &mut writer,
+            destinations,
+            now,
+            limit,
+            lease_margin_ms,
+            limits,
+        )
+        .await?;
         batch.sort_by_key(|c| (c.delivery.next_attempt_at, c.delivery.id));
-        let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
-        let claimed = Self::with_destinations_in(&mut tx, claimed).await?;
+        let mut claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        match read {
+            Some(read) => {
+                claimed.destinations = read.into_iter().map(|d| (d.id, Arc::new(d))).collect()
+            }
+            None => claimed = Self::with_destinations_in(&mut tx, claimed).await?,
+        }
         tx.commit().await?;
         Ok(claimed)
     }
@@ -396,13 +404,13 @@ where
         rule: &AutoDisable,
         now: UnixMs,
     ) -> Result<Vec<FinishEffects>> {
-        let mut writer = self.writes.writer(Durability::Engine).await?;
-        // At low load a group is one attempt: its whole transaction is one round trip.
-        if let [f] = batch {
-            if Self::finishes_at_once(f) {
-                return Ok(vec![Self::finish_alone(writer, f, now).await?]);
-            }
+        let writer = self.writes.writer(Durability::Engine).await?;
+        // Every attempt of the group finishing at once (SQLite, the common case): the whole
+        // transaction is one round trip.
+        if batch.iter().all(Self::finishes_at_once) {
+            return Self::finish_all_at_once(writer, batch, now).await;
         }
+        let mut writer = writer;
         let mut tx = writer.begin().await?;
         let mut effects = Vec::with_capacity(batch.len());
         for f in batch {
@@ -724,19 +732,19 @@ where
     /// does (it prepares the string statement after statement, every `$N` naming the same
     /// argument in each); sqlx calls that behaviour deprecated (launchbadge/sqlx#3108), so
     /// an upgrade of sqlx must keep the finish and rate-limit tests on SQLite green.
-    fn finish_batch(f: &FinishedAttempt) -> String {
+    fn finish_batch() -> String {
         let mut batch = format!(
             "{}; INSERT INTO attempts ({ATTEMPT_COLUMNS}) \
              SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25 \
              WHERE changes() = 1",
             finish_update_sql()
         );
-        if matches!(f.next, NextStep::Succeeded) {
-            batch.push_str(
-                "; UPDATE destinations SET consecutive_dead_letters = 0 \
-                 WHERE id = $26 AND consecutive_dead_letters <> 0 AND changes() = 1",
-            );
-        }
+        // Always there, done only on a success ($27), so the string does not depend on
+        // the outcome: a group's batch is then one of few strings, each prepared once.
+        batch.push_str(
+            "; UPDATE destinations SET consecutive_dead_letters = 0 \
+             WHERE $27 AND id = $26 AND consecutive_dead_letters <> 0 AND changes() = 1",
+        );
         // Last, what `due_destinations` would answer for this destination: the engine then
         // needs no read of its own to know whether to claim again for it.
         batch.push_str(
@@ -753,9 +761,19 @@ where
         f: &'q FinishedAttempt,
         now: UnixMs,
     ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
-        let query = Self::bind_finish_update(sqlx::query(sql), f, now);
+        Self::bind_finish_batch(sqlx::query(sql), f, now)
+    }
+
+    /// Binds the [`FINISH_PARAMETERS`] of [`Self::finish_batch`] for `f` after `query`'s.
+    fn bind_finish_batch<'q>(
+        query: sqlx::query::Query<'q, D::DB, Args<'q, D>>,
+        f: &'q FinishedAttempt,
+        now: UnixMs,
+    ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
+        let query = Self::bind_finish_update(query, f, now);
         Self::bind_attempt(query, &f.attempt, &f.attempt.error_message)
             .bind(f.destination_id.to_string())
+            .bind(matches!(f.next, NextStep::Succeeded))
     }
 
     /// Binds [`finish_update_sql`]'s `$1`…`$11` for `f`.
@@ -836,23 +854,52 @@ where
         now: UnixMs,
     ) -> Result<FinishEffects> {
         use futures_util::TryStreamExt as _;
-        let batch = Self::finish_batch(f);
+        let batch = Self::finish_batch();
         let query = Self::finish_batch_query(&batch, f, now);
         let results = Executor::fetch_many(&mut **tx, query).try_collect().await?;
         Self::finish_batch_effects(results, 0)
     }
 
-    /// An attempt that finishes at once, recorded alone: its batch inside `BEGIN
-    /// IMMEDIATE … COMMIT` of its own, so the whole transaction is one round trip.
-    async fn finish_alone(
+    /// Attempts that all finish at once, recorded together: their batches one after the
+    /// other inside `BEGIN IMMEDIATE … COMMIT`, each numbering its parameters after the
+    /// ones before ([`renumbered`]), so the whole transaction is one round trip.
+    async fn finish_all_at_once(
         writer: super::write::Writer<'_, D::DB>,
-        f: &FinishedAttempt,
+        batch: &[FinishedAttempt],
         now: UnixMs,
-    ) -> Result<FinishEffects> {
-        let batch = format!("BEGIN IMMEDIATE; {}; COMMIT", Self::finish_batch(f));
-        let query = Self::finish_batch_query(&batch, f, now);
+    ) -> Result<Vec<FinishEffects>> {
+        let one = Self::finish_batch();
+        let statements = one.matches(';').count() + 1;
+        let mut sql = String::from("BEGIN IMMEDIATE");
+        for k in 0..batch.len() {
+            sql.push_str("; ");
+            sql.push_str(&renumbered(&one, k * FINISH_PARAMETERS));
+        }
+        sql.push_str("; COMMIT");
+        let mut query = sqlx::query(&sql);
+        for f in batch {
+            query = Self::bind_finish_batch(query, f, now);
+        }
         let results = writer.run_transaction_batch(query).await?;
-        Self::finish_batch_effects(results, 1)
+        // Each statement's rows, then its end; BEGIN's end first.
+        let mut ends = results.into_iter().peekable();
+        if matches!(ends.peek(), Some(sqlx::Either::Left(_))) {
+            ends.next();
+        }
+        let mut effects = Vec::with_capacity(batch.len());
+        for _ in batch {
+            let mut own = Vec::new();
+            let mut seen = 0;
+            while seen < statements {
+                let Some(step) = ends.next() else { break };
+                if matches!(step, sqlx::Either::Left(_)) {
+                    seen += 1;
+                }
+                own.push(step);
+            }
+            effects.push(Self::finish_batch_effects(own, 0)?);
+        }
+        Ok(effects)
     }
 
     /// Adds the destinations of the claimed deliveries, read in the claim's transaction
@@ -1036,6 +1083,27 @@ const ATTEMPT_COLUMNS: &str =
     request_url, request_headers, request_body, response_status, response_headers, response_body, \
     error_class, error_message";
 
+/// How many parameters [`Store::finish_batch`] takes (`$1` … `$27`).
+const FINISH_PARAMETERS: usize = 27;
+
+/// `sql` with every parameter `$n` renamed `$(n + by)`, so several statements that each
+/// number theirs from `$1` can share one string and one argument list.
+fn renumbered(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + sql.len() / 8);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if let Ok(n) = rest[..digits].parse::<usize>() {
+            out.push_str(&(n + by).to_string());
+        }
+        rest = &rest[digits..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// The delivery's columns after an attempt that ends with `next`: its status, the attempts
 /// it used, when it is due again and when it finished.
 fn finish_columns(
@@ -1068,4 +1136,19 @@ fn finish_update_sql() -> String {
          WHERE id = $8 AND status = 'sending' AND ($9 IS NULL OR lease_expires_at < $9) \
          RETURNING status, event_id"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::renumbered;
+
+    #[test]
+    fn renumbering_moves_every_parameter_and_nothing_else() {
+        assert_eq!(
+            renumbered("UPDATE t SET a = $1, b = $12 WHERE c = $2 AND d = '$'", 27),
+            "UPDATE t SET a = $28, b = $39 WHERE c = $29 AND d = '$'"
+        );
+        assert_eq!(renumbered("SELECT $1", 0), "SELECT $1");
+        assert_eq!(renumbered("no parameters", 5), "no parameters");
+    }
 }

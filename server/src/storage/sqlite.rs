@@ -13,9 +13,10 @@ use sqlx::sqlite::{
 };
 
 use super::checkpoint::{Checkpointer, BACKSTOP_PAGES};
+use super::destinations::{DestinationRow, DESTINATION};
 use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
-use super::store::{Dialect, Store};
-use super::write::{WriteTx, Writes};
+use super::store::{convert_all, ClaimedFor, Dialect, Store};
+use super::write::{WriteTx, Writer, Writes};
 use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
 use crate::domain::*;
 
@@ -97,11 +98,6 @@ impl Dialect for Sqlite {
             .map_err(|e| StorageError::Other(e.into()))
     }
 
-    /// Claims need no lock of their own: the gate and `BEGIN IMMEDIATE` make them one at a time.
-    async fn lock_claims(_tx: &mut WriteTx<'_, sqlx::Sqlite>) -> Result<()> {
-        Ok(())
-    }
-
     /// Changes to `users` that depend on the other users (the first admin, the last
     /// admin) need no lock here: SQLite has one writer at a time, and these
     /// transactions write first.
@@ -109,41 +105,45 @@ impl Dialect for Sqlite {
         Ok(())
     }
 
-    /// One statement: SQLite has a single writer, so the in-flight count it reads is exact.
-    async fn claim_in(
-        tx: &mut WriteTx<'_, sqlx::Sqlite>,
+    /// One statement, sent with the `BEGIN IMMEDIATE` that opens its transaction: SQLite
+    /// has a single writer (the gate and `BEGIN IMMEDIATE` make claims one at a time), so
+    /// the in-flight count it reads is exact.
+    async fn claim_in<'w>(
+        writer: &'w mut Writer<'_, sqlx::Sqlite>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<ClaimedOne>> {
-        let sql = claim_sql(Self::DUE_INDEX);
-        let rows = sqlx::query_as::<_, ClaimedRow>(&sql)
+    ) -> Result<(WriteTx<'w, sqlx::Sqlite>, Vec<ClaimedOne>)> {
+        let sql = format!("{}{}", writer.opening(), claim_sql(Self::DUE_INDEX));
+        let query = sqlx::query(&sql)
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
             .bind(limits.per_destination)
-            .bind(limits.retries)
-            .fetch_all(&mut **tx)
-            .await?;
-        claimed_from(rows)
+            .bind(limits.retries);
+        let (tx, results) = writer.begin_with(query).await?;
+        let rows = rows_of(&results, 1)?;
+        Ok((tx, claimed_from(rows)?))
     }
 
     /// One statement for all the destinations, like PostgreSQL's: each one's earliest due
     /// deliveries (a correlated `IN (… LIMIT` the cap`)`, SQLite having no `LATERAL`), cut
     /// to its free slots by rank; a FIFO one's head when it has nothing in flight. Each
     /// statement is a round trip to sqlx's connection thread, made while the write lock
-    /// is held: a loop of three per destination cost more than the claim itself.
-    async fn claim_for_in(
-        tx: &mut WriteTx<'_, sqlx::Sqlite>,
+    /// is held: a loop of three per destination cost more than the claim itself. The
+    /// `BEGIN IMMEDIATE` that opens the transaction and the read of the named
+    /// destinations travel in the same string: the whole is one round trip.
+    async fn claim_for_in<'w>(
+        writer: &'w mut Writer<'_, sqlx::Sqlite>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<Vec<ClaimedOne>> {
+    ) -> Result<ClaimedFor<'w, sqlx::Sqlite>> {
         let sql = format!(
-            "WITH targets AS ( \
+            "{opening}WITH targets AS ( \
                SELECT t.value AS destination_id, t.key AS ord, \
                  COALESCE(dst.ordering = 'fifo', FALSE) AS fifo, \
                  (SELECT COUNT(*) FROM deliveries b \
@@ -169,27 +169,51 @@ impl Dialect for Sqlite {
                      + busy AS slot \
                  FROM due) \
                WHERE slot <= $4 \
-             ){tail}",
+             ){tail}; \
+             SELECT {DESTINATION} FROM destinations WHERE id IN (SELECT value FROM json_each($1))",
+            opening = writer.opening(),
             head = fifo_head("targets.destination_id"),
             tail = claim_for_tail("fits"),
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
-        let rows = sqlx::query_as::<_, ClaimedRow>(&sql)
+        let query = sqlx::query(&sql)
             .bind(serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?)
             .bind(now)
             .bind(limits.retries > 0)
             .bind(limits.per_destination)
             .bind(limits.retries)
             .bind(limit)
-            .bind(lease_margin_ms)
-            .fetch_all(&mut **tx)
-            .await?;
-        claimed_from(rows)
+            .bind(lease_margin_ms);
+        let (tx, results) = writer.begin_with(query).await?;
+        // BEGIN, then the claim's rows, then the destinations'.
+        let rows: Vec<ClaimedRow> = rows_of(&results, 1)?;
+        let read: Vec<DestinationRow> = rows_of(&results, 2)?;
+        Ok((tx, claimed_from(rows)?, Some(convert_all(read)?)))
     }
 
     fn raw_pool(pool: &SqlitePool) -> RawPool {
         RawPool::Sqlite(pool.clone())
     }
+}
+
+/// The rows of statement `n` (from 0) of a batch's results, as `T`.
+pub(super) fn rows_of<T>(
+    results: &[sqlx::Either<sqlx::sqlite::SqliteQueryResult, sqlx::sqlite::SqliteRow>],
+    n: usize,
+) -> Result<Vec<T>>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::sqlite::SqliteRow>,
+{
+    let mut statement = 0;
+    let mut rows = Vec::new();
+    for step in results {
+        match step {
+            sqlx::Either::Left(_) => statement += 1,
+            sqlx::Either::Right(row) if statement == n => rows.push(T::from_row(row)?),
+            sqlx::Either::Right(_) => {}
+        }
+    }
+    Ok(rows)
 }
 
 /// What `partyflow vacuum` did to a SQLite database.

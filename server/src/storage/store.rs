@@ -41,7 +41,7 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Type};
 
 use super::reads::Reads;
-use super::write::{Durability, WriteTx, Writes};
+use super::write::{Durability, WriteTx, Writer, Writes};
 use super::{Backend, ClaimLimits, Page, RawPool, Result, StorageError};
 use crate::domain::{DestinationId, UnixMs};
 
@@ -58,38 +58,44 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// Applies the backend's migrations; safe to call on every start.
     fn migrate(pool: &Pool<Self::DB>) -> impl Future<Output = Result<()>> + Send;
 
-    /// Makes claims take turns (across instances), so the in-flight counts they read are
-    /// exact.
-    fn lock_claims(tx: &mut WriteTx<'_, Self::DB>) -> impl Future<Output = Result<()>> + Send;
-
     /// Serializes changes to `users` that depend on the other users (the first admin, the
     /// last admin).
     fn lock_users(tx: &mut WriteTx<'_, Self::DB>) -> impl Future<Output = Result<()>> + Send;
 
-    /// [`super::DispatchQueue::claim`]'s deliveries, inside its transaction (after
-    /// [`Dialect::lock_claims`]; the plan limit is applied after it, in the same one).
-    fn claim_in(
-        tx: &mut WriteTx<'_, Self::DB>,
+    /// Opens `writer`'s transaction with [`super::DispatchQueue::claim`]'s deliveries (claims
+    /// take turns across instances, so the in-flight counts they read are exact); the plan
+    /// limit is applied after it, in the same transaction.
+    fn claim_in<'w>(
+        writer: &'w mut Writer<'_, Self::DB>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> impl Future<Output = Result<Vec<super::queue::ClaimedOne>>> + Send;
+    ) -> impl Future<Output = Result<(WriteTx<'w, Self::DB>, Vec<super::queue::ClaimedOne>)>> + Send;
 
-    /// [`super::DispatchQueue::claim_for`]'s deliveries, inside its transaction, as
-    /// [`Dialect::claim_in`].
-    fn claim_for_in(
-        tx: &mut WriteTx<'_, Self::DB>,
+    /// Opens `writer`'s transaction with [`super::DispatchQueue::claim_for`]'s deliveries,
+    /// as [`Dialect::claim_in`], and the named destinations when the same round trip can
+    /// read them (SQLite), so the claim need not read them apart.
+    fn claim_for_in<'w>(
+        writer: &'w mut Writer<'_, Self::DB>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> impl Future<Output = Result<Vec<super::queue::ClaimedOne>>> + Send;
+    ) -> impl Future<Output = Result<ClaimedFor<'w, Self::DB>>> + Send;
 
     /// The pool, typed by backend (the console's session store, tests, the benchmark).
     fn raw_pool(pool: &Pool<Self::DB>) -> RawPool;
 }
+
+/// What [`Dialect::claim_for_in`] opens: the transaction, the deliveries, and the named
+/// destinations when it read them.
+pub type ClaimedFor<'w, DB> = (
+    WriteTx<'w, DB>,
+    Vec<super::queue::ClaimedOne>,
+    Option<Vec<crate::domain::Destination>>,
+);
 
 /// How many rows a statement changed (sqlx has it per backend, not in a trait).
 pub trait RowsAffected {

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::pool::PoolConnection;
 use sqlx::query::{Query, QueryAs};
-use sqlx::{Connection as _, Database, Executor, FromRow, IntoArguments, Pool, Transaction};
+use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::checkpoint::Committed;
@@ -271,25 +271,68 @@ impl<'g, DB: Database> Writer<'g, DB> {
         self.held.conn()
     }
 
-    /// Opens the write transaction on this connection.
-    pub async fn begin(&mut self) -> sqlx::Result<WriteTx<'_, DB>> {
-        self.clean = false;
-        let conn = self.held.conn();
-        let tx = match self.begin {
-            Some(statement) => conn.begin_with(statement).await?,
-            None => conn.begin().await?,
-        };
-        Ok(WriteTx {
-            tx,
-            clean: &mut self.clean,
-        })
+    /// What a batch that opens this writer's transaction starts with ([`Writer::begin_with`]):
+    /// on SQLite, `BEGIN IMMEDIATE; `, the transaction's first statements then travel with
+    /// it; on PostgreSQL nothing (sqlx cannot send several statements with parameters in
+    /// one string there, so `begin_with` sends `BEGIN` first).
+    pub fn opening(&self) -> String {
+        match self.begin {
+            Some(statement) => format!("{statement}; "),
+            None => String::new(),
+        }
     }
 }
 
 impl<'g, DB: Database> Writer<'g, DB>
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
 {
+    /// Opens the write transaction on this connection.
+    pub async fn begin(&mut self) -> sqlx::Result<WriteTx<'_, DB>> {
+        self.clean = false;
+        let batches = self.begin.is_some();
+        let conn = self.held.conn();
+        sqlx::query(self.begin.unwrap_or("BEGIN"))
+            .execute(&mut *conn)
+            .await?;
+        Ok(WriteTx {
+            conn,
+            clean: &mut self.clean,
+            batches,
+        })
+    }
+
+    /// Opens the write transaction with `query`'s statements, whose string starts with
+    /// [`Writer::opening`] (SQLite: `BEGIN IMMEDIATE; …`, one round trip to the connection's
+    /// thread for both), and answers their results. The transaction stays open: end it
+    /// with [`WriteTx::commit`] or [`WriteTx::commit_with`].
+    pub async fn begin_with<'q, A>(
+        &mut self,
+        query: Query<'q, DB, A>,
+    ) -> sqlx::Result<(WriteTx<'_, DB>, Vec<sqlx::Either<DB::QueryResult, DB::Row>>)>
+    where
+        A: 'q + IntoArguments<'q, DB>,
+    {
+        use futures_util::TryStreamExt as _;
+        self.clean = false;
+        let batches = self.begin.is_some();
+        let conn = self.held.conn();
+        if !batches {
+            sqlx::query("BEGIN").execute(&mut *conn).await?;
+        }
+        let results = Executor::fetch_many(&mut *conn, query)
+            .try_collect()
+            .await?;
+        Ok((
+            WriteTx {
+                conn,
+                clean: &mut self.clean,
+                batches,
+            },
+            results,
+        ))
+    }
     /// Runs one statement on its own, outside a transaction (it commits by itself). A
     /// statement that ran to its end, failed or not, leaves no transaction behind, so the
     /// connection goes back to the pool; one dropped midway is closed.
@@ -350,25 +393,66 @@ impl<DB: Database> Drop for Writer<'_, DB> {
 }
 
 /// A write transaction on a [`Writer`]'s connection. Use it as the connection
-/// (`&mut *tx` is an executor); end it with [`WriteTx::commit`] or [`WriteTx::rollback`].
+/// (`&mut **tx` is an executor); end it with [`WriteTx::commit`], [`WriteTx::commit_with`]
+/// or [`WriteTx::rollback`]. Its `BEGIN` and `COMMIT` are sent as plain statements (not
+/// through sqlx's transaction manager), so that on SQLite they can travel in one string
+/// with the transaction's first and last statements; a transaction that did not end
+/// cleanly closes its connection all the same ([`Writer`]'s drop).
 pub struct WriteTx<'c, DB: Database> {
-    tx: Transaction<'c, DB>,
+    conn: &'c mut DB::Connection,
     clean: &'c mut bool,
+    /// Several statements with parameters may go in one string (SQLite).
+    batches: bool,
 }
 
-impl<DB: Database> WriteTx<'_, DB> {
+impl<DB: Database> WriteTx<'_, DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+{
     /// Commits. Only a commit that succeeded lets the connection back into the pool.
     pub async fn commit(self) -> sqlx::Result<()> {
-        self.tx.commit().await?;
+        sqlx::query("COMMIT").execute(&mut *self.conn).await?;
         *self.clean = true;
         Ok(())
     }
 
     /// Rolls back on purpose (e.g. a refused idempotency key).
     pub async fn rollback(self) -> sqlx::Result<()> {
-        self.tx.rollback().await?;
+        sqlx::query("ROLLBACK").execute(&mut *self.conn).await?;
         *self.clean = true;
         Ok(())
+    }
+
+    /// What a batch that ends the transaction ends with ([`WriteTx::commit_with`]): on
+    /// SQLite `; COMMIT`, on PostgreSQL nothing (`commit_with` sends it apart).
+    pub fn closing(&self) -> &'static str {
+        if self.batches {
+            "; COMMIT"
+        } else {
+            ""
+        }
+    }
+
+    /// Runs `query`, the transaction's last statements, whose string ends with
+    /// [`WriteTx::closing`] (SQLite: `…; COMMIT`, one round trip for both), and commits;
+    /// answers the statements' results.
+    pub async fn commit_with<'q, A>(
+        self,
+        query: Query<'q, DB, A>,
+    ) -> sqlx::Result<Vec<sqlx::Either<DB::QueryResult, DB::Row>>>
+    where
+        A: 'q + IntoArguments<'q, DB>,
+    {
+        use futures_util::TryStreamExt as _;
+        let results = Executor::fetch_many(&mut *self.conn, query)
+            .try_collect()
+            .await?;
+        if !self.batches {
+            sqlx::query("COMMIT").execute(&mut *self.conn).await?;
+        }
+        *self.clean = true;
+        Ok(results)
     }
 }
 
@@ -376,13 +460,13 @@ impl<DB: Database> Deref for WriteTx<'_, DB> {
     type Target = DB::Connection;
 
     fn deref(&self) -> &Self::Target {
-        &self.tx
+        self.conn
     }
 }
 
 impl<DB: Database> DerefMut for WriteTx<'_, DB> {
     fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.tx
+        self.conn
     }
 }
 
