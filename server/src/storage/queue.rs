@@ -861,40 +861,81 @@ where
     }
 
     /// Attempts that all finish at once, recorded together: their batches one after the
-    /// other inside `BEGIN IMMEDIATE … COMMIT`, each numbering its parameters after the
-    /// ones before ([`renumbered`]), so the whole transaction is one round trip.
+    /// other, each numbering its parameters after the ones before ([`renumbered`]). A group
+    /// of up to [`FINISH_CHUNK`] goes inside `BEGIN IMMEDIATE … COMMIT` in one string, so
+    /// its whole transaction is one round trip; a larger one is written
+    /// [`FINISH_CHUNK`] attempts a round trip, the last with the `COMMIT`. Every string is
+    /// one of a few (SQLite prepares a string of `4 × n` statements once, then keeps it):
+    /// one string per group size would prepare hundreds of statements at a time.
     async fn finish_all_at_once(
-        writer: super::write::Writer<'_, D::DB>,
+        mut writer: super::write::Writer<'_, D::DB>,
         batch: &[FinishedAttempt],
         now: UnixMs,
     ) -> Result<Vec<FinishEffects>> {
-        let one = Self::finish_batch();
-        let statements = one.matches(';').count() + 1;
-        let mut sql = String::from("BEGIN IMMEDIATE");
-        for k in 0..batch.len() {
-            sql.push_str("; ");
-            sql.push_str(&renumbered(&one, k * FINISH_PARAMETERS));
-        }
-        sql.push_str("; COMMIT");
-        let mut query = sqlx::query(&sql);
-        for f in batch {
-            query = Self::bind_finish_batch(query, f, now);
-        }
-        let results = writer.run_transaction_batch(query).await?;
-        // Each statement's rows, then its end; BEGIN's end first.
-        let mut ends = results.into_iter().peekable();
-        if matches!(ends.peek(), Some(sqlx::Either::Left(_))) {
-            ends.next();
+        if batch.len() <= FINISH_CHUNK {
+            let sql = format!("BEGIN IMMEDIATE; {}; COMMIT", Self::finish_batches(batch.len()));
+            let results = writer.run_transaction_batch(Self::finish_batches_query(&sql, batch, now)).await?;
+            // BEGIN's end, then the attempts' statements.
+            return Self::finish_batches_effects(results.into_iter().skip(1), batch.len());
         }
         let mut effects = Vec::with_capacity(batch.len());
-        for _ in batch {
+        let mut tx = writer.begin().await?;
+        let mut chunks = batch.chunks(FINISH_CHUNK).peekable();
+        while let Some(chunk) = chunks.next() {
+            let statements = Self::finish_batches(chunk.len());
+            let results = if chunks.peek().is_some() {
+                use futures_util::TryStreamExt as _;
+                Executor::fetch_many(&mut *tx, Self::finish_batches_query(&statements, chunk, now))
+                    .try_collect::<Vec<_>>()
+                    .await?
+            } else {
+                let sql = format!("{statements}{}", tx.closing());
+                let results = tx.commit_with(Self::finish_batches_query(&sql, chunk, now)).await?;
+                effects.extend(Self::finish_batches_effects(results, chunk.len())?);
+                break;
+            };
+            effects.extend(Self::finish_batches_effects(results, chunk.len())?);
+        }
+        Ok(effects)
+    }
+
+    /// `sql`, holding [`Self::finish_batches`] for `attempts`, with their arguments bound.
+    fn finish_batches_query<'q>(
+        sql: &'q str,
+        attempts: &'q [FinishedAttempt],
+        now: UnixMs,
+    ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
+        let mut query = sqlx::query(sql);
+        for f in attempts {
+            query = Self::bind_finish_batch(query, f, now);
+        }
+        query
+    }
+
+    /// `n` [finish batches](Self::finish_batch) in one string, numbered one after another.
+    fn finish_batches(n: usize) -> String {
+        let one = Self::finish_batch();
+        (0..n)
+            .map(|k| renumbered(&one, k * FINISH_PARAMETERS))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The effects of `n` [finish batches](Self::finish_batch) from their results (each
+    /// statement's rows, then its end), in order; what follows them is ignored.
+    fn finish_batches_effects(
+        results: impl IntoIterator<Item = sqlx::Either<<D::DB as sqlx::Database>::QueryResult, DbRow<D>>>,
+        n: usize,
+    ) -> Result<Vec<FinishEffects>> {
+        let statements = Self::finish_batch().matches(';').count() + 1;
+        let mut steps = results.into_iter();
+        let mut effects = Vec::with_capacity(n);
+        for _ in 0..n {
             let mut own = Vec::new();
-            let mut seen = 0;
-            while seen < statements {
-                let Some(step) = ends.next() else { break };
-                if matches!(step, sqlx::Either::Left(_)) {
-                    seen += 1;
-                }
+            let mut ended = 0;
+            while ended < statements {
+                let Some(step) = steps.next() else { break };
+                ended += usize::from(matches!(step, sqlx::Either::Left(_)));
                 own.push(step);
             }
             effects.push(Self::finish_batch_effects(own, 0)?);
@@ -1082,6 +1123,9 @@ const ATTEMPT_COLUMNS: &str =
     "id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
     request_url, request_headers, request_body, response_status, response_headers, response_body, \
     error_class, error_message";
+
+/// The most finished attempts written by one string of statements ([`Store::finish_all_at_once`]).
+const FINISH_CHUNK: usize = 8;
 
 /// How many parameters [`Store::finish_batch`] takes (`$1` … `$27`).
 const FINISH_PARAMETERS: usize = 27;
