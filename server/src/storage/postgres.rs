@@ -4,9 +4,9 @@
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
-use super::store::{ClaimedFor, Dialect, Store};
+use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
-use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
+use super::{Backend, ClaimLimits, Claimed, RawPool, Result, StorageError};
 use crate::domain::*;
 
 /// The advisory lock that serializes claims across instances.
@@ -59,33 +59,40 @@ impl Dialect for Postgres {
 
     /// Claims from every instance take turns ([`Postgres::lock_claims`]), so the
     /// per-destination in-flight count they read is exact; a claim takes milliseconds.
-    async fn claim_in<'w>(
-        writer: &'w mut Writer<'_, sqlx::Postgres>,
+    async fn claim(
+        mut writer: Writer<'_, sqlx::Postgres>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<(WriteTx<'w, sqlx::Postgres>, Vec<ClaimedOne>)> {
+    ) -> Result<Claimed> {
         let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
-        let claimed = Self::claim_all_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
-        Ok((tx, claimed))
+        let batch = Self::claim_all_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
+        let claimed = Store::<Self>::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        let claimed = Store::<Self>::with_destinations_in(&mut tx, claimed).await?;
+        tx.commit().await?;
+        Ok(claimed)
     }
 
-    async fn claim_for_in<'w>(
-        writer: &'w mut Writer<'_, sqlx::Postgres>,
+    async fn claim_for(
+        mut writer: Writer<'_, sqlx::Postgres>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<ClaimedFor<'w, sqlx::Postgres>> {
+    ) -> Result<Claimed> {
         let mut tx = writer.begin().await?;
         Self::lock_claims(&mut tx).await?;
-        let claimed =
+        let mut batch =
             Self::claim_named_in(&mut tx, destinations, now, limit, lease_margin_ms, limits)
                 .await?;
-        Ok((tx, claimed, None))
+        batch.sort_by_key(|c| (c.delivery.next_attempt_at, c.delivery.id));
+        let claimed = Store::<Self>::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        let claimed = Store::<Self>::with_destinations_in(&mut tx, claimed).await?;
+        tx.commit().await?;
+        Ok(claimed)
     }
 
     fn raw_pool(pool: &PgPool) -> RawPool {

@@ -44,6 +44,15 @@ pub(super) fn fifo_head(destination: &str) -> String {
 /// flight adds its [`fifo_head`], if that is due.
 pub(super) fn claim_sql(due_index: &str) -> String {
     format!(
+        "{} {}",
+        claim_choice(due_index),
+        claim_update("$1", "$3", "SELECT id FROM chosen")
+    )
+}
+
+/// [`claim_sql`]'s choice: the CTEs up to `chosen`, the IDs of the deliveries to claim.
+pub(super) fn claim_choice(due_index: &str) -> String {
+    format!(
         "WITH busy AS ( \
            SELECT destination_id, COUNT(*) AS n FROM deliveries WHERE status = 'sending' GROUP BY destination_id \
          ), fifo AS ( \
@@ -69,13 +78,20 @@ pub(super) fn claim_sql(due_index: &str) -> String {
          ), chosen AS ( \
            SELECT id FROM ranked WHERE slot <= $4 AND (status = 'pending' OR nth <= $5) \
            ORDER BY next_attempt_at, id LIMIT $2 \
-         ) \
-         UPDATE deliveries SET status = 'sending', updated_at = $1, \
-           lease_expires_at = $1 + $3 + 1000 * (SELECT timeout_seconds FROM destinations t \
-                                                WHERE t.id = deliveries.destination_id) \
-         WHERE id IN (SELECT id FROM chosen) \
-         RETURNING {DELIVERY}{CLAIMED_WITH}",
+         )",
         head = fifo_head("fifo.id"),
+    )
+}
+
+/// Moves the deliveries `ids` (a subquery) to `sending` at `now` under a lease of their
+/// destination's timeout and `margin` (parameters), returning them as claims do.
+pub(super) fn claim_update(now: &str, margin: &str, ids: &str) -> String {
+    format!(
+        "UPDATE deliveries SET status = 'sending', updated_at = {now}, \
+           lease_expires_at = {now} + {margin} + 1000 * (SELECT timeout_seconds FROM destinations t \
+                                                WHERE t.id = deliveries.destination_id) \
+         WHERE id IN ({ids}) \
+         RETURNING {DELIVERY}{CLAIMED_WITH}"
     )
 }
 
@@ -85,18 +101,22 @@ pub(super) fn claim_sql(due_index: &str) -> String {
 /// `sending` under a lease of the destination's timeout and `$7` from `$2`, now.
 pub(super) fn claim_for_tail(from: &str) -> String {
     format!(
+        "{} {}",
+        claim_for_choice(from),
+        claim_update("$2", "$7", "SELECT id FROM chosen")
+    )
+}
+
+/// [`claim_for_tail`]'s choice: the CTEs `ranked` and `chosen` (the IDs to claim).
+pub(super) fn claim_for_choice(from: &str) -> String {
+    format!(
         ", ranked AS ( \
            SELECT id, status, next_attempt_at, ord, \
              ROW_NUMBER() OVER (PARTITION BY status ORDER BY next_attempt_at, id) AS nth FROM {from} \
          ), chosen AS ( \
            SELECT id FROM ranked WHERE status = 'pending' OR nth <= $5 \
            ORDER BY ord, next_attempt_at, id LIMIT $6 \
-         ) \
-         UPDATE deliveries SET status = 'sending', updated_at = $2, \
-           lease_expires_at = $2 + $7 + 1000 * (SELECT timeout_seconds FROM destinations d \
-                                                WHERE d.id = deliveries.destination_id) \
-         WHERE id IN (SELECT id FROM chosen) \
-         RETURNING {DELIVERY}{CLAIMED_WITH}"
+         )"
     )
 }
 
@@ -123,9 +143,33 @@ pub(super) struct ClaimedRow {
 
 /// A claimed delivery with its space's plan and its event (`None`: deleted meanwhile).
 pub struct ClaimedOne {
-    delivery: Delivery,
+    pub(super) delivery: Delivery,
     plan: Option<Plan>,
     event: Option<Arc<Event>>,
+}
+
+/// A claim's answer: `batch`, every one of them granted (in order), the `destinations` it
+/// read, and how many the plan limit held back.
+pub(super) fn claimed_all(
+    batch: Vec<ClaimedOne>,
+    destinations: Vec<Destination>,
+    held_by_plan: u64,
+) -> Claimed {
+    let mut claimed = Claimed {
+        held_by_plan,
+        destinations: destinations
+            .into_iter()
+            .map(|d| (d.id, Arc::new(d)))
+            .collect(),
+        ..Default::default()
+    };
+    for c in batch {
+        if let Some(event) = c.event {
+            claimed.events.insert(c.delivery.id, event);
+        }
+        claimed.deliveries.push(c.delivery);
+    }
+    claimed
 }
 
 /// The claim statement's rows, each event parsed once however many deliveries carry it.
@@ -278,12 +322,8 @@ where
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
-        let mut writer = self.writes.writer(Durability::Engine).await?;
-        let (mut tx, batch) = D::claim_in(&mut writer, now, limit, lease_margin_ms, limits).await?;
-        let claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
-        let claimed = Self::with_destinations_in(&mut tx, claimed).await?;
-        tx.commit().await?;
-        Ok(claimed)
+        let writer = self.writes.writer(Durability::Engine).await?;
+        D::claim(writer, now, limit, lease_margin_ms, limits).await
     }
 
     async fn claim_for(
@@ -294,26 +334,8 @@ where
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
-        let mut writer = self.writes.writer(Durability::Engine).await?;
-        let (mut tx, mut batch, read) = D::claim_for_in(
-            &mut writer,
-            destinations,
-            now,
-            limit,
-            lease_margin_ms,
-            limits,
-        )
-        .await?;
-        batch.sort_by_key(|c| (c.delivery.next_attempt_at, c.delivery.id));
-        let mut claimed = Self::within_plans_in(&mut tx, batch, limits.plans, now).await?;
-        match read {
-            Some(read) => {
-                claimed.destinations = read.into_iter().map(|d| (d.id, Arc::new(d))).collect()
-            }
-            None => claimed = Self::with_destinations_in(&mut tx, claimed).await?,
-        }
-        tx.commit().await?;
-        Ok(claimed)
+        let writer = self.writes.writer(Durability::Engine).await?;
+        D::claim_for(writer, destinations, now, limit, lease_margin_ms, limits).await
     }
 
     async fn defer_rate_limited(
@@ -654,7 +676,7 @@ where
     /// The plan limit (docs D4) for a claimed batch, inside the claim's transaction: per
     /// space, the slots its plan has left this second; what fits goes on, in the batch's
     /// order, the rest is given back at once as `rate_limited`.
-    async fn within_plans_in(
+    pub(super) async fn within_plans_in(
         tx: &mut WriteTx<'_, D::DB>,
         batch: Vec<ClaimedOne>,
         plans: Option<PlanLimits>,
@@ -873,8 +895,13 @@ where
         now: UnixMs,
     ) -> Result<Vec<FinishEffects>> {
         if batch.len() <= FINISH_CHUNK {
-            let sql = format!("BEGIN IMMEDIATE; {}; COMMIT", Self::finish_batches(batch.len()));
-            let results = writer.run_transaction_batch(Self::finish_batches_query(&sql, batch, now)).await?;
+            let sql = format!(
+                "BEGIN IMMEDIATE; {}; COMMIT",
+                Self::finish_batches(batch.len())
+            );
+            let results = writer
+                .run_transaction_batch(Self::finish_batches_query(&sql, batch, now))
+                .await?;
             // BEGIN's end, then the attempts' statements.
             return Self::finish_batches_effects(results.into_iter().skip(1), batch.len());
         }
@@ -885,12 +912,17 @@ where
             let statements = Self::finish_batches(chunk.len());
             let results = if chunks.peek().is_some() {
                 use futures_util::TryStreamExt as _;
-                Executor::fetch_many(&mut *tx, Self::finish_batches_query(&statements, chunk, now))
-                    .try_collect::<Vec<_>>()
-                    .await?
+                Executor::fetch_many(
+                    &mut *tx,
+                    Self::finish_batches_query(&statements, chunk, now),
+                )
+                .try_collect::<Vec<_>>()
+                .await?
             } else {
                 let sql = format!("{statements}{}", tx.closing());
-                let results = tx.commit_with(Self::finish_batches_query(&sql, chunk, now)).await?;
+                let results = tx
+                    .commit_with(Self::finish_batches_query(&sql, chunk, now))
+                    .await?;
                 effects.extend(Self::finish_batches_effects(results, chunk.len())?);
                 break;
             };
@@ -924,7 +956,9 @@ where
     /// The effects of `n` [finish batches](Self::finish_batch) from their results (each
     /// statement's rows, then its end), in order; what follows them is ignored.
     fn finish_batches_effects(
-        results: impl IntoIterator<Item = sqlx::Either<<D::DB as sqlx::Database>::QueryResult, DbRow<D>>>,
+        results: impl IntoIterator<
+            Item = sqlx::Either<<D::DB as sqlx::Database>::QueryResult, DbRow<D>>,
+        >,
         n: usize,
     ) -> Result<Vec<FinishEffects>> {
         let statements = Self::finish_batch().matches(';').count() + 1;
@@ -945,7 +979,7 @@ where
 
     /// Adds the destinations of the claimed deliveries, read in the claim's transaction
     /// (one statement for the batch), so no attempt reads its destination apart.
-    async fn with_destinations_in(
+    pub(super) async fn with_destinations_in(
         tx: &mut WriteTx<'_, D::DB>,
         mut claimed: Claimed,
     ) -> Result<Claimed> {

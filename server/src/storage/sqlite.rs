@@ -14,10 +14,12 @@ use sqlx::sqlite::{
 
 use super::checkpoint::{Checkpointer, BACKSTOP_PAGES};
 use super::destinations::{DestinationRow, DESTINATION};
-use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
-use super::store::{convert_all, ClaimedFor, Dialect, Store};
+use super::queue::{
+    claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, ClaimedRow,
+};
+use super::store::{convert_all, Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
-use super::{Backend, ClaimLimits, RawPool, Result, StorageError};
+use super::{Backend, ClaimLimits, Claimed, RawPool, Result, StorageError};
 use crate::domain::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -105,45 +107,58 @@ impl Dialect for Sqlite {
         Ok(())
     }
 
-    /// One statement, sent with the `BEGIN IMMEDIATE` that opens its transaction: SQLite
-    /// has a single writer (the gate and `BEGIN IMMEDIATE` make claims one at a time), so
-    /// the in-flight count it reads is exact.
-    async fn claim_in<'w>(
-        writer: &'w mut Writer<'_, sqlx::Sqlite>,
+    /// The whole claim as one batch of statements ([`claim_batch`]): one round trip to the
+    /// connection's thread. SQLite has a single writer (the gate and `BEGIN IMMEDIATE`
+    /// make claims one at a time), so the in-flight count it reads is exact.
+    async fn claim(
+        writer: Writer<'_, sqlx::Sqlite>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<(WriteTx<'w, sqlx::Sqlite>, Vec<ClaimedOne>)> {
-        let sql = format!("{}{}", writer.opening(), claim_sql(Self::DUE_INDEX));
+    ) -> Result<Claimed> {
+        // The slots are dated when the write lock is held, not when it was asked for.
+        let now = now.max(crate::clock::now_ms());
+        let choice = claim_choice(Self::DUE_INDEX);
+        let sql = claim_batch(
+            &choice,
+            &Params {
+                now: "$1",
+                margin: "$3",
+                window: "$6",
+                plans: ["$7", "$8", "$9"],
+            },
+            "SELECT destination_id FROM deliveries WHERE id IN (SELECT id FROM temp.claim_batch \
+             WHERE allowed IS NULL OR n <= allowed)",
+        );
         let query = sqlx::query(&sql)
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
             .bind(limits.per_destination)
             .bind(limits.retries);
-        let (tx, results) = writer.begin_with(query).await?;
-        let rows = rows_of(&results, 1)?;
-        Ok((tx, claimed_from(rows)?))
+        let results = writer
+            .run_transaction_batch(bind_plans(query, limits))
+            .await?;
+        claimed_by_batch(&results)
     }
 
-    /// One statement for all the destinations, like PostgreSQL's: each one's earliest due
-    /// deliveries (a correlated `IN (… LIMIT` the cap`)`, SQLite having no `LATERAL`), cut
-    /// to its free slots by rank; a FIFO one's head when it has nothing in flight. Each
-    /// statement is a round trip to sqlx's connection thread, made while the write lock
-    /// is held: a loop of three per destination cost more than the claim itself. The
-    /// `BEGIN IMMEDIATE` that opens the transaction and the read of the named
-    /// destinations travel in the same string: the whole is one round trip.
-    async fn claim_for_in<'w>(
-        writer: &'w mut Writer<'_, sqlx::Sqlite>,
+    /// One statement's choice for all the destinations, like PostgreSQL's: each one's
+    /// earliest due deliveries (a correlated `IN (… LIMIT` the cap`)`, SQLite having no
+    /// `LATERAL`), cut to its free slots by rank; a FIFO one's head when it has nothing
+    /// in flight; then, as [`Dialect::claim`], the whole claim as one batch of statements
+    /// (a loop of three statements per destination once cost more than the claim itself).
+    async fn claim_for(
+        writer: Writer<'_, sqlx::Sqlite>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> Result<ClaimedFor<'w, sqlx::Sqlite>> {
-        let sql = format!(
-            "{opening}WITH targets AS ( \
+    ) -> Result<Claimed> {
+        let now = now.max(crate::clock::now_ms());
+        let choice = format!(
+            "WITH targets AS ( \
                SELECT t.value AS destination_id, t.key AS ord, \
                  COALESCE(dst.ordering = 'fifo', FALSE) AS fifo, \
                  (SELECT COUNT(*) FROM deliveries b \
@@ -169,11 +184,19 @@ impl Dialect for Sqlite {
                      + busy AS slot \
                  FROM due) \
                WHERE slot <= $4 \
-             ){tail}; \
-             SELECT {DESTINATION} FROM destinations WHERE id IN (SELECT value FROM json_each($1))",
-            opening = writer.opening(),
+             ){choice}",
             head = fifo_head("targets.destination_id"),
-            tail = claim_for_tail("fits"),
+            choice = claim_for_choice("fits"),
+        );
+        let sql = claim_batch(
+            &choice,
+            &Params {
+                now: "$2",
+                margin: "$7",
+                window: "$8",
+                plans: ["$9", "$10", "$11"],
+            },
+            "SELECT value FROM json_each($1)",
         );
         let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
         let query = sqlx::query(&sql)
@@ -184,16 +207,117 @@ impl Dialect for Sqlite {
             .bind(limits.retries)
             .bind(limit)
             .bind(lease_margin_ms);
-        let (tx, results) = writer.begin_with(query).await?;
-        // BEGIN, then the claim's rows, then the destinations'.
-        let rows: Vec<ClaimedRow> = rows_of(&results, 1)?;
-        let read: Vec<DestinationRow> = rows_of(&results, 2)?;
-        Ok((tx, claimed_from(rows)?, Some(convert_all(read)?)))
+        let results = writer
+            .run_transaction_batch(bind_plans(query, limits))
+            .await?;
+        claimed_by_batch(&results)
     }
 
     fn raw_pool(pool: &SqlitePool) -> RawPool {
         RawPool::Sqlite(pool.clone())
     }
+}
+
+/// Where [`claim_batch`]'s statements find their values: the parameters' names.
+struct Params {
+    now: &'static str,
+    margin: &'static str,
+    window: &'static str,
+    /// Each plan's sends per second, in [`Plan::ALL`]'s order.
+    plans: [&'static str; 3],
+}
+
+/// A whole claim in one string, its transaction included (SQLite): the deliveries
+/// `choice` (CTEs ending in `chosen`, the IDs) picks, kept in a temporary table with their
+/// rank in their space; the plan limit (docs D4) taken for them as `take_slots_in` takes
+/// it, in the claim's own order per space; what fits moved to `sending` (returned with
+/// [`claim_update`]'s columns); what does not, with the rest of its space's due
+/// deliveries, due when a slot frees and marked `rate_limited`, as `defer_in` does; how
+/// many were held back; the destinations `destinations` (a subquery of IDs) names.
+///
+/// Every statement is a round trip to sqlx's connection thread and the write lock is held
+/// through all of them: `take_slots_in`, `defer_in` and `with_destinations_in` one after
+/// the other, with `BEGIN` and `COMMIT`, were six.
+fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
+    let Params {
+        now,
+        margin,
+        window,
+        plans,
+    } = p;
+    let limit = Plan::ALL
+        .iter()
+        .zip(plans)
+        .map(|(plan, param)| format!("WHEN '{}' THEN {param}", plan.as_str()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let key = "'plan:' || space_id";
+    let until = format!(
+        "{now} + MIN({window}, MAX(1, COALESCE((SELECT MIN(r.at) FROM rate_events r \
+           WHERE r.key = 'plan:' || deliveries.space_id), {now}) + {window} - {now}))"
+    );
+    format!(
+        "BEGIN IMMEDIATE; \
+         CREATE TEMP TABLE IF NOT EXISTS claim_batch \
+           (id TEXT PRIMARY KEY, space_id TEXT NOT NULL, n INTEGER NOT NULL, allowed INTEGER); \
+         {choice} INSERT INTO temp.claim_batch (id, space_id, n) \
+           SELECT c.id, d.space_id, \
+             ROW_NUMBER() OVER (PARTITION BY d.space_id ORDER BY d.next_attempt_at, d.id) \
+           FROM chosen c JOIN deliveries d ON d.id = c.id; \
+         INSERT INTO rate_keys (key, touched_at) \
+           SELECT DISTINCT {key}, {now} FROM temp.claim_batch WHERE TRUE \
+           ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at; \
+         DELETE FROM rate_events WHERE key IN (SELECT DISTINCT {key} FROM temp.claim_batch) \
+           AND at <= {now} - {window}; \
+         UPDATE temp.claim_batch SET allowed = \
+           (SELECT CASE s.plan {limit} END FROM spaces s WHERE s.id = claim_batch.space_id) \
+           - (SELECT COUNT(*) FROM rate_events r WHERE r.key = 'plan:' || claim_batch.space_id); \
+         INSERT INTO rate_events (key, at) \
+           SELECT {key}, {now} FROM temp.claim_batch WHERE n <= allowed; \
+         {claimed}; \
+         UPDATE deliveries SET next_attempt_at = {until}, last_error_class = 'rate_limited', \
+           updated_at = {now} \
+         WHERE space_id IN (SELECT space_id FROM temp.claim_batch WHERE n > allowed) \
+           AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at < {until}; \
+         SELECT COUNT(*) FROM temp.claim_batch WHERE n > allowed; \
+         SELECT {DESTINATION} FROM destinations WHERE id IN ({destinations}); \
+         DELETE FROM temp.claim_batch; \
+         COMMIT",
+        claimed = claim_update(
+            now,
+            margin,
+            "SELECT id FROM temp.claim_batch WHERE allowed IS NULL OR n <= allowed"
+        ),
+    )
+}
+
+/// Binds [`claim_batch`]'s window and plans' limits (`NULL` without plan limits: nothing
+/// is counted or held) after `query`'s parameters.
+fn bind_plans<'q>(
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    limits: &ClaimLimits,
+) -> sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
+    // Without plan limits, a window no slot is old enough to leave.
+    let query = query.bind(limits.plans.map_or(i64::MAX / 4, |p| p.window_ms));
+    Plan::ALL.iter().fold(query, |query, plan| {
+        query.bind(limits.plans.map(|p| p.per_second.for_plan(*plan)))
+    })
+}
+
+/// What a [`claim_batch`] answered: its statements' results, in order.
+fn claimed_by_batch(
+    results: &[sqlx::Either<sqlx::sqlite::SqliteQueryResult, sqlx::sqlite::SqliteRow>],
+) -> Result<Claimed> {
+    // BEGIN, CREATE, the choice, the plan's key, its old slots, what is allowed, the
+    // slots, then: the claim (7), the deferral, the count held back (9), the destinations (10).
+    let rows: Vec<ClaimedRow> = rows_of(results, 7)?;
+    let held: Vec<(i64,)> = rows_of(results, 9)?;
+    let destinations: Vec<DestinationRow> = rows_of(results, 10)?;
+    Ok(claimed_all(
+        claimed_from(rows)?,
+        convert_all(destinations)?,
+        held.first().map_or(0, |(n,)| *n as u64),
+    ))
 }
 
 /// The rows of statement `n` (from 0) of a batch's results, as `T`.

@@ -62,40 +62,30 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// last admin).
     fn lock_users(tx: &mut WriteTx<'_, Self::DB>) -> impl Future<Output = Result<()>> + Send;
 
-    /// Opens `writer`'s transaction with [`super::DispatchQueue::claim`]'s deliveries (claims
-    /// take turns across instances, so the in-flight counts they read are exact); the plan
-    /// limit is applied after it, in the same transaction.
-    fn claim_in<'w>(
-        writer: &'w mut Writer<'_, Self::DB>,
+    /// [`super::DispatchQueue::claim`] on `writer`, in one transaction: the deliveries
+    /// claimed (claims take turns across instances, so the in-flight counts they read are
+    /// exact), the plan limit applied to them and their destinations read.
+    fn claim(
+        writer: Writer<'_, Self::DB>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> impl Future<Output = Result<(WriteTx<'w, Self::DB>, Vec<super::queue::ClaimedOne>)>> + Send;
+    ) -> impl Future<Output = Result<super::Claimed>> + Send;
 
-    /// Opens `writer`'s transaction with [`super::DispatchQueue::claim_for`]'s deliveries,
-    /// as [`Dialect::claim_in`], and the named destinations when the same round trip can
-    /// read them (SQLite), so the claim need not read them apart.
-    fn claim_for_in<'w>(
-        writer: &'w mut Writer<'_, Self::DB>,
+    /// [`super::DispatchQueue::claim_for`] on `writer`, as [`Dialect::claim`].
+    fn claim_for(
+        writer: Writer<'_, Self::DB>,
         destinations: &[DestinationId],
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
-    ) -> impl Future<Output = Result<ClaimedFor<'w, Self::DB>>> + Send;
+    ) -> impl Future<Output = Result<super::Claimed>> + Send;
 
     /// The pool, typed by backend (the console's session store, tests, the benchmark).
     fn raw_pool(pool: &Pool<Self::DB>) -> RawPool;
 }
-
-/// What [`Dialect::claim_for_in`] opens: the transaction, the deliveries, and the named
-/// destinations when it read them.
-pub type ClaimedFor<'w, DB> = (
-    WriteTx<'w, DB>,
-    Vec<super::queue::ClaimedOne>,
-    Option<Vec<crate::domain::Destination>>,
-);
 
 /// How many rows a statement changed (sqlx has it per backend, not in a trait).
 pub trait RowsAffected {
