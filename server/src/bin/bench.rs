@@ -718,9 +718,10 @@ async fn bench() -> anyhow::Result<()> {
         println!("\n[fan-out → 10 destinations]");
         println!("  events accepted: {:.0}/s", n as f64 / wall.as_secs_f64());
         print_latency("publish latency", lat);
+        let e2e = (n * 10) as f64 / (wall + drained).as_secs_f64();
         println!(
-            "  end-to-end deliveries: {:.0}/s",
-            (n * 10) as f64 / (wall + drained).as_secs_f64()
+            "  end-to-end deliveries: {e2e:.0}/s  ({:.1} % of the direct limit)",
+            100.0 * e2e / direct
         );
         cpu.print_per_delivery(&procs, n * 10);
         bench.delete_destinations().await;
@@ -859,6 +860,7 @@ async fn bench() -> anyhow::Result<()> {
             sqlx::query("ANALYZE").execute(&pool).await?;
         }
         let types: Vec<String> = (0..10_000).map(|i| format!("wide.{i}")).collect();
+        let cpu = CpuMark::now(&procs);
         let (wall, lat, _) = bench.flood(args.events, args.publishers, &types).await;
         let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
         peak_rss = peak_rss.max(rss_mb());
@@ -868,10 +870,12 @@ async fn bench() -> anyhow::Result<()> {
             args.events as f64 / wall.as_secs_f64()
         );
         print_latency("publish latency", lat);
+        let e2e = args.events as f64 / (wall + drained).as_secs_f64();
         println!(
-            "  end-to-end deliveries: {:.0}/s",
-            args.events as f64 / (wall + drained).as_secs_f64()
+            "  end-to-end deliveries: {e2e:.0}/s  ({:.1} % of the direct limit)",
+            100.0 * e2e / direct
         );
+        cpu.print_per_delivery(&procs, args.events);
         bench.delete_destinations().await;
         bench.arrivals.reset().await;
     }

@@ -255,10 +255,24 @@ pub async fn check_payload(
     event_type: &str,
     payload: &Value,
 ) -> Result<(), OpsError> {
-    let Some(version) = store
+    let version = store
         .find_event_type_schema_version(space_id, event_type)
-        .await?
-    else {
+        .await?;
+    check_payload_at(store, schemas, space_id, event_type, payload, version).await
+}
+
+/// [`check_payload`] with the version of the type's schema already read (`None`: the type
+/// has no schema, or is not in the catalog), as [`crate::storage::EventStore::publish_checks`]
+/// reads it with the destinations' filters.
+pub async fn check_payload_at(
+    store: &dyn Storage,
+    schemas: &SchemaCache,
+    space_id: SpaceId,
+    event_type: &str,
+    payload: &Value,
+    version: Option<UnixMs>,
+) -> Result<(), OpsError> {
+    let Some(version) = version else {
         return Ok(());
     };
     let validator = match schemas.get(space_id, event_type, version) {

@@ -136,9 +136,19 @@ pub async fn verdicts(
     programs: &impl ProgramRun,
     event: &Event,
 ) -> Result<FilterVerdicts, OpsError> {
-    let mut filtered = store.list_filtered_destinations(event.space_id).await?;
-    filtered.retain(|d| d.subscribes_to(&event.event_type));
-    verdicts_of(&filtered, programs, event).await
+    let filtering = store.list_filtered_destinations(event.space_id).await?;
+    verdicts_among(filtering, programs, event).await
+}
+
+/// [`verdicts`] with the space's active filtering destinations already read (as
+/// [`crate::storage::EventStore::publish_checks`] reads them with the schema's version).
+pub async fn verdicts_among(
+    mut filtering: Vec<Destination>,
+    programs: &impl ProgramRun,
+    event: &Event,
+) -> Result<FilterVerdicts, OpsError> {
+    filtering.retain(|d| d.subscribes_to(&event.event_type));
+    verdicts_of(&filtering, programs, event).await
 }
 
 /// What the console's "try it" box shows: the filter's verdict and the

@@ -11,7 +11,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::event_types::{check_payload, SchemaCache};
+use super::event_types::{check_payload_at, SchemaCache};
 use super::filters::{self, ProgramRun};
 use super::OpsError;
 use crate::clock::rfc3339;
@@ -200,17 +200,22 @@ pub async fn post_once(
         created_at: now,
         deliver_at: None,
     };
-    check_payload(
+    // The schema's version and the filtering destinations, in one read.
+    let checks = store
+        .publish_checks(event.space_id, &event.event_type)
+        .await?;
+    check_payload_at(
         store,
         judges.schemas,
         event.space_id,
         &event.event_type,
         &event.payload,
+        checks.schema_version,
     )
     .await?;
     // Before the transaction: a replayed request runs the filters for nothing, but
     // the write never waits on a program.
-    let filters = filters::verdicts(store, judges.programs, &event).await?;
+    let filters = filters::verdicts_among(checks.filtering, judges.programs, &event).await?;
     let event = NewEvent {
         event,
         idempotency_key: None,

@@ -61,6 +61,18 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<DeliveryId>>;
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event>;
     async fn list_events(&self, space_id: SpaceId, page: Page<EventId>) -> Result<Vec<Event>>;
+    /// What publishing an event of `event_type` in `space_id` checks before it writes, in
+    /// one read: the version of the type's schema, if it has one
+    /// (`find_event_type_schema_version`), and the space's active destinations with a
+    /// filter (`list_filtered_destinations`).
+    async fn publish_checks(&self, space_id: SpaceId, event_type: &str) -> Result<PublishChecks>;
+}
+
+/// What [`EventStore::publish_checks`] read.
+#[derive(Debug, Clone, Default)]
+pub struct PublishChecks {
+    pub schema_version: Option<UnixMs>,
+    pub filtering: Vec<Destination>,
 }
 
 #[async_trait]
@@ -281,6 +293,32 @@ where
         };
         tx.commit().await?;
         Ok(delivery)
+    }
+
+    async fn publish_checks(&self, space_id: SpaceId, event_type: &str) -> Result<PublishChecks> {
+        // One row per filtering destination, or one of NULLs without any; the schema's
+        // version on each.
+        let sql = format!(
+            "SELECT v.schema_version, {DESTINATION} FROM ( \
+               SELECT (SELECT updated_at FROM event_types \
+                       WHERE space_id = $1 AND name = $2 AND schema IS NOT NULL) AS schema_version \
+             ) AS v LEFT JOIN destinations \
+               ON space_id = $1 AND payload_filter IS NOT NULL AND status = 'active'"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(space_id.to_string())
+            .bind(event_type)
+            .fetch_all(&self.read)
+            .await?;
+        let mut checks = PublishChecks::default();
+        for row in &rows {
+            checks.schema_version = sqlx::Row::try_get::<Option<i64>, _>(row, "schema_version")?;
+            if sqlx::Row::try_get::<Option<String>, _>(row, "id")?.is_some() {
+                let d = <DestinationRow as sqlx::FromRow<_>>::from_row(row)?;
+                checks.filtering.push(d.try_into()?);
+            }
+        }
+        Ok(checks)
     }
 
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {

@@ -78,7 +78,7 @@ pub use channels::ChannelStore;
 pub use deliveries::DeliveryStore;
 pub use destinations::DestinationStore;
 pub use event_types::EventTypeStore;
-pub use events::EventStore;
+pub use events::{EventStore, PublishChecks};
 pub use incoming::IncomingStore;
 pub use notifications::NotificationStore;
 pub use queue::DispatchQueue;

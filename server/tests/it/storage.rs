@@ -157,6 +157,53 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    async fn publish_checks_read_the_schemas_version_and_the_active_filtering_destinations(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        // Nothing catalogued, nothing filtering: one read, and nothing in it.
+        let none = store.publish_checks(s.id, "order.paid").await.unwrap();
+        assert_eq!((none.schema_version, none.filtering.len()), (None, 0));
+
+        let typed = |name: &str, schema: Option<serde_json::Value>, at: i64| EventType {
+            id: EventTypeId::new(),
+            space_id: s.id,
+            name: name.into(),
+            description: String::new(),
+            schema,
+            example: None,
+            deprecated: false,
+            created_at: at,
+            updated_at: at,
+        };
+        store.create_event_type(&typed("order.paid", Some(json!({"type": "object"})), NOW + 7), None).await.unwrap();
+        store.create_event_type(&typed("order.sent", None, NOW), None).await.unwrap();
+        let mut filtering = destination(s.id, Some(&["order.paid"]), DestinationStatus::Active);
+        filtering.filter = Some(".n > 1".into());
+        let mut inactive = destination(s.id, None, DestinationStatus::Inactive);
+        inactive.filter = Some(".n > 1".into());
+        let plain = destination(s.id, None, DestinationStatus::Active);
+        for d in [&filtering, &inactive, &plain] {
+            store.create_destination(d, None).await.unwrap();
+        }
+        // Another space's filtering destination is not this one's.
+        let other = space(store, Plan::Free).await;
+        let mut elsewhere = destination(other.id, None, DestinationStatus::Active);
+        elsewhere.filter = Some(".n > 1".into());
+        store.create_destination(&elsewhere, None).await.unwrap();
+
+        let paid = store.publish_checks(s.id, "order.paid").await.unwrap();
+        assert_eq!(paid.schema_version, Some(NOW + 7));
+        assert_eq!(paid.filtering.iter().map(|d| d.id).collect::<Vec<_>>(), vec![filtering.id]);
+        assert_eq!(paid.filtering[0], store.get_destination(s.id, filtering.id).await.unwrap());
+        // A type without a schema has no version; the filtering destinations are the
+        // space's whatever their types (publishing keeps the subscribed ones).
+        let sent = store.publish_checks(s.id, "order.sent").await.unwrap();
+        assert_eq!(sent.schema_version, None);
+        assert_eq!(sent.filtering.iter().map(|d| d.id).collect::<Vec<_>>(), vec![filtering.id]);
+    }
+}
+
+on_both_backends! {
     async fn an_idempotency_key_returns_the_first_answer_and_creates_nothing(db) {
         let store = db.storage.as_ref();
         let s = space(store, Plan::Free).await;

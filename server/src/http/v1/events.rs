@@ -125,12 +125,18 @@ async fn publish(
             ));
         }
     }
-    event_types::check_payload(
+    // The schema's version and the filtering destinations, in one read.
+    let checks = state
+        .storage
+        .publish_checks(space_id, &body.event_type)
+        .await?;
+    event_types::check_payload_at(
         state.storage.as_ref(),
         &state.schemas,
         space_id,
         &body.event_type,
         &body.payload,
+        checks.schema_version,
     )
     .await?;
     let payload_text = body.payload.to_string();
@@ -154,7 +160,7 @@ async fn publish(
         created_at: now,
         deliver_at,
     };
-    let filters = filters::verdicts(&*state.storage, &state.sandbox, &event).await?;
+    let filters = filters::verdicts_among(checks.filtering, &state.sandbox, &event).await?;
     let new = NewEvent {
         event,
         idempotency_key: body.idempotency_key,
