@@ -57,7 +57,7 @@ impl Dialect for Postgres {
         Ok(())
     }
 
-    /// Claims from every instance take turns ([`Postgres::lock_claims`]), so the
+    /// Claims from every instance take turns ([`Postgres::begin_claim`]), so the
     /// per-destination in-flight count they read is exact; a claim takes milliseconds.
     async fn claim(
         mut writer: Writer<'_, sqlx::Postgres>,
@@ -66,8 +66,7 @@ impl Dialect for Postgres {
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
-        let mut tx = writer.begin().await?;
-        Self::lock_claims(&mut tx).await?;
+        let mut tx = Self::begin_claim(&mut writer).await?;
         let batch = Self::claim_all_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
         let claimed = Store::<Self>::within_plans_in(&mut tx, batch, limits.plans, now).await?;
         let claimed = Store::<Self>::with_destinations_in(&mut tx, claimed).await?;
@@ -83,8 +82,7 @@ impl Dialect for Postgres {
         lease_margin_ms: i64,
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
-        let mut tx = writer.begin().await?;
-        Self::lock_claims(&mut tx).await?;
+        let mut tx = Self::begin_claim(&mut writer).await?;
         let mut batch =
             Self::claim_named_in(&mut tx, destinations, now, limit, lease_margin_ms, limits)
                 .await?;
@@ -101,13 +99,21 @@ impl Dialect for Postgres {
 }
 
 impl Postgres {
-    /// Makes claims take turns across instances, so the in-flight counts they read are exact.
-    async fn lock_claims(tx: &mut WriteTx<'_, sqlx::Postgres>) -> Result<()> {
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(CLAIM_LOCK)
-            .execute(&mut **tx)
-            .await?;
-        Ok(())
+    /// Opens a claim's transaction on `writer`, in one round trip: claims take turns across
+    /// instances (an advisory lock held to the commit), so the in-flight counts they read
+    /// are exact; and the transaction's statements use generic plans. A claim's statement
+    /// is planned in ~0.6 ms and run in ~0.1 ms, and PostgreSQL would plan it afresh on
+    /// every run (its custom plans look cheaper to it than the generic one), which made
+    /// planning most of the claim's time.
+    async fn begin_claim<'w>(
+        writer: &'w mut Writer<'_, sqlx::Postgres>,
+    ) -> Result<WriteTx<'w, sqlx::Postgres>> {
+        Ok(writer
+            .begin_then(&format!(
+                "SET LOCAL plan_cache_mode = force_generic_plan; \
+                 SELECT pg_advisory_xact_lock({CLAIM_LOCK})"
+            ))
+            .await?)
     }
 
     /// [`Dialect::claim_in`]'s statement.

@@ -303,6 +303,21 @@ where
         })
     }
 
+    /// Opens the write transaction and runs `then`, statements without parameters, in the
+    /// same string (one round trip; PostgreSQL's simple protocol takes several statements).
+    pub async fn begin_then(&mut self, then: &str) -> sqlx::Result<WriteTx<'_, DB>> {
+        self.clean = false;
+        let batches = self.begin.is_some();
+        let conn = self.held.conn();
+        let sql = format!("{}; {then}", self.begin.unwrap_or("BEGIN"));
+        Executor::execute(&mut *conn, sql.as_str()).await?;
+        Ok(WriteTx {
+            conn,
+            clean: &mut self.clean,
+            batches,
+        })
+    }
+
     /// Opens the write transaction with `query`'s statements, whose string starts with
     /// [`Writer::opening`] (SQLite: `BEGIN IMMEDIATE; …`, one round trip to the connection's
     /// thread for both), and answers their results. The transaction stays open: end it
