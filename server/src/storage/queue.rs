@@ -427,9 +427,9 @@ where
         now: UnixMs,
     ) -> Result<Vec<FinishEffects>> {
         let writer = self.writes.writer(Durability::Engine).await?;
-        // Every attempt of the group finishing at once (SQLite, the common case): the whole
-        // transaction is one round trip.
-        if batch.iter().all(Self::finishes_at_once) {
+        // Every attempt of the group finishing at once (the common case): on SQLite the
+        // whole transaction is one round trip.
+        if D::BACKEND == Backend::Sqlite && batch.iter().all(Self::finishes_at_once) {
             return Self::finish_all_at_once(writer, batch, now).await;
         }
         let mut writer = writer;
@@ -733,15 +733,14 @@ where
         Ok(claimed)
     }
 
-    /// Whether [`Self::finish_in`] records `f` as one batch of statements: on SQLite, an
-    /// attempt that neither dead-letters nor was lost in a crash (so nothing but the
-    /// delivery's own update decides what follows).
+    /// Whether [`Self::finish_in`] records `f` in one round trip (a batch of statements on
+    /// SQLite, one statement on PostgreSQL): an attempt that neither dead-letters nor was
+    /// lost in a crash (so nothing but the delivery's own update decides what follows).
     fn finishes_at_once(f: &FinishedAttempt) -> bool {
-        D::BACKEND == Backend::Sqlite
-            && !matches!(
-                f.next,
-                NextStep::DeadLetter | NextStep::Lost { crashed: true, .. }
-            )
+        !matches!(
+            f.next,
+            NextStep::DeadLetter | NextStep::Lost { crashed: true, .. }
+        )
     }
 
     /// The statements of an attempt that [finishes at once](Self::finishes_at_once): the
@@ -876,6 +875,17 @@ where
         now: UnixMs,
     ) -> Result<FinishEffects> {
         use futures_util::TryStreamExt as _;
+        if D::BACKEND == Backend::Postgres {
+            let sql = finish_statement();
+            let row = Self::finish_batch_query(&sql, f, now)
+                .fetch_one(&mut **tx)
+                .await?;
+            return Ok(FinishEffects {
+                applied: sqlx::Row::try_get::<bool, _>(&row, 0)?,
+                more_due: Some(sqlx::Row::try_get::<bool, _>(&row, 1)?),
+                ..Default::default()
+            });
+        }
         let batch = Self::finish_batch();
         let query = Self::finish_batch_query(&batch, f, now);
         let results = Executor::fetch_many(&mut **tx, query).try_collect().await?;
@@ -1157,6 +1167,30 @@ const ATTEMPT_COLUMNS: &str =
     "id, delivery_id, space_id, attempt_number, started_at, duration_ms, \
     request_url, request_headers, request_body, response_status, response_headers, response_body, \
     error_class, error_message";
+
+/// [`Store::finish_batch`] as one statement, for PostgreSQL (which runs one statement with
+/// parameters at a time): the steps are data-modifying CTEs, each going on only if the
+/// delivery's update returned its row (`done`). The CTEs all see the database as the
+/// statement found it, so whether more is due counts the others waiting and this one if
+/// it is due again already (`$3`, its next attempt, by `$6`, now).
+fn finish_statement() -> String {
+    format!(
+        "WITH done AS ({update}), \
+         attempt AS ( \
+           INSERT INTO attempts ({ATTEMPT_COLUMNS}) \
+           SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25 \
+           WHERE EXISTS (SELECT 1 FROM done) \
+         ), streak AS ( \
+           UPDATE destinations SET consecutive_dead_letters = 0 \
+           WHERE $27 AND id = $26 AND consecutive_dead_letters <> 0 AND EXISTS (SELECT 1 FROM done) \
+         ) \
+         SELECT EXISTS (SELECT 1 FROM done), \
+           EXISTS (SELECT 1 FROM deliveries WHERE destination_id = $26 AND id <> $8 \
+                   AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $6) \
+           OR COALESCE($3 <= $6 AND EXISTS (SELECT 1 FROM done), FALSE)",
+        update = finish_update_sql()
+    )
+}
 
 /// The most finished attempts written by one string of statements ([`Store::finish_all_at_once`]).
 const FINISH_CHUNK: usize = 8;
