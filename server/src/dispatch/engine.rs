@@ -200,6 +200,8 @@ pub struct Engine {
     /// Finished attempts on their way to the database, committed in groups.
     finisher: tokio::sync::mpsc::Sender<FinishRequest>,
     finish_queue: Mutex<Option<tokio::sync::mpsc::Receiver<FinishRequest>>>,
+    /// Finished attempts on their way to the database, queued or being written.
+    finishing: std::sync::atomic::AtomicUsize,
     /// The engine's metrics, as ready handles (made with the engine, after the recorder).
     metrics: crate::metrics::Dispatch,
 }
@@ -243,6 +245,7 @@ impl Engine {
             retries_in_flight: Arc::new(std::sync::atomic::AtomicI64::new(0)),
             finisher,
             finish_queue: Mutex::new(Some(finish_queue)),
+            finishing: std::sync::atomic::AtomicUsize::new(0),
             metrics: crate::metrics::Dispatch::new(),
         })
     }
@@ -425,11 +428,28 @@ impl Engine {
         }
     }
 
-    /// Records a finished attempt through the group commit.
+    /// Records a finished attempt through the group commit. One that finds nothing else on
+    /// its way (every attempt at low load) is written here, a group of one, without
+    /// handing it to the committing task and back (two thread wake-ups); those that end
+    /// meanwhile queue for the task.
     async fn finish(
         &self,
         finished: FinishedAttempt,
     ) -> Result<crate::storage::FinishEffects, StorageError> {
+        let (_counted, alone) = crate::storage::group_commit::Pending::enter(&self.finishing);
+        if alone {
+            let rule = &self.settings.auto_disable;
+            return match self
+                .storage
+                .finish_attempts(std::slice::from_ref(&finished), rule, now_ms())
+                .await
+            {
+                Ok(mut effects) => effects.pop().ok_or_else(|| {
+                    StorageError::Internal("a finished attempt was not recorded".into())
+                }),
+                Err(_) => self.storage.finish_attempt(&finished, rule, now_ms()).await,
+            };
+        }
         let (reply, answer) = tokio::sync::oneshot::channel();
         if let Err(tokio::sync::mpsc::error::SendError((finished, _))) =
             self.finisher.send((finished, reply)).await

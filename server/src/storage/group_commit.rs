@@ -4,8 +4,9 @@
 //! durable commit is an fsync. One fsync per event caps ingest at the disk's
 //! sync rate; here, while one group is being committed, the publishes that arrive
 //! queue up and go together in the next. There is no added wait: a publish that
-//! finds the queue idle is written at once, alone.
+//! finds nothing else on its way is written at once, alone, by its caller.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
@@ -22,21 +23,61 @@ type Request = (NewEvent, oneshot::Sender<Result<Published>>);
 #[derive(Clone)]
 pub struct Publisher {
     queue: mpsc::Sender<Request>,
+    storage: Arc<dyn EventStore>,
+    /// Publishes on their way to the database: queued, being written by the task, or
+    /// being written alone by their caller.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Publisher {
     /// Starts the task that writes queued publishes to `storage`.
     pub fn start(storage: Arc<dyn EventStore>) -> Self {
         let (queue, requests) = mpsc::channel(4 * MAX_GROUP);
-        tokio::spawn(write_groups(storage, requests));
-        Self { queue }
+        let pending = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(write_groups(storage.clone(), requests));
+        Self {
+            queue,
+            storage,
+            pending,
+        }
     }
 
-    /// Writes the event and its deliveries; answers once they are committed.
+    /// Writes the event and its deliveries; answers once they are committed. A publish
+    /// that finds nothing else on its way (every publish at low load) is written by its
+    /// caller, a group of one, without handing it to the task and back (two thread
+    /// wake-ups); those that come meanwhile queue for the task, which writes them together
+    /// when the gate frees.
     pub async fn publish(&self, new: NewEvent) -> Result<Published> {
+        let (_counted, alone) = Pending::enter(&self.pending);
+        if alone {
+            let mut answers = self
+                .storage
+                .publish_events(std::slice::from_ref(&new), now_ms())
+                .await?;
+            return answers.pop().unwrap_or_else(|| Err(stopped()));
+        }
         let (reply, answer) = oneshot::channel();
         self.queue.send((new, reply)).await.map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// Work on its way to the database (a publish, a finished attempt) counted in `count`
+/// from [`Pending::enter`] until dropped (answered, or given up), to tell whether the next
+/// comes alone.
+pub(crate) struct Pending<'a>(&'a AtomicUsize);
+
+impl<'a> Pending<'a> {
+    /// Counts one more in `count`; `true` when nothing else was on its way.
+    pub(crate) fn enter(count: &'a AtomicUsize) -> (Self, bool) {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        (Self(count), before == 0)
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
