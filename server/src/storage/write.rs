@@ -5,13 +5,14 @@
 //! write pools are private to this module, so a write that skips the gate cannot be
 //! written by accident: reads go through the store's read pool, writes through here.
 //!
-//! The invariant: **no connection goes back to the pool inside a transaction.** sqlx
-//! counts a connection's transaction depth itself; when a statement or the `COMMIT`
-//! fails in a way after which the database has already rolled the transaction back
-//! (SQLite does so on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_NOMEM`; a dead PostgreSQL
-//! connection has no transaction left either), sqlx's rollback on drop fails too and the
-//! counter stays above zero, so every later `BEGIN` on that connection is refused
-//! ("attempted to call begin_with at non-zero transaction depth"). A connection that saw
+//! The invariant: **no connection goes back to the pool inside a transaction.** A
+//! [`WriteTx`] sends its own `BEGIN` and `COMMIT` (so that on SQLite they can travel in
+//! one string with the transaction's statements), and after a statement or a `COMMIT`
+//! that failed nobody knows whether the transaction is still open: SQLite rolls it back by
+//! itself on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_NOMEM` and keeps it open on most other
+//! errors, and a dead PostgreSQL connection has none left. (When these transactions went
+//! through sqlx's transaction manager, its depth counter stayed above zero after such a
+//! failure and every later `BEGIN` on that connection was refused.) A connection that saw
 //! anything but a clean `COMMIT` or `ROLLBACK` is therefore closed, never pooled: the
 //! [`Writer`] marks it `close_on_drop` unless its transaction ended cleanly. That covers
 //! errors returned with `?`, panics, and futures dropped mid-write (a client that hung
@@ -291,31 +292,19 @@ where
     /// Opens the write transaction on this connection.
     pub async fn begin(&mut self) -> sqlx::Result<WriteTx<'_, DB>> {
         self.clean = false;
-        let batches = self.begin.is_some();
-        let conn = self.held.conn();
         sqlx::query(self.begin.unwrap_or("BEGIN"))
-            .execute(&mut *conn)
+            .execute(self.held.conn())
             .await?;
-        Ok(WriteTx {
-            conn,
-            clean: &mut self.clean,
-            batches,
-        })
+        Ok(self.transaction())
     }
 
     /// Opens the write transaction and runs `then`, statements without parameters, in the
     /// same string (one round trip; PostgreSQL's simple protocol takes several statements).
     pub async fn begin_then(&mut self, then: &str) -> sqlx::Result<WriteTx<'_, DB>> {
         self.clean = false;
-        let batches = self.begin.is_some();
-        let conn = self.held.conn();
         let sql = format!("{}; {then}", self.begin.unwrap_or("BEGIN"));
-        Executor::execute(&mut *conn, sql.as_str()).await?;
-        Ok(WriteTx {
-            conn,
-            clean: &mut self.clean,
-            batches,
-        })
+        Executor::execute(self.held.conn(), sql.as_str()).await?;
+        Ok(self.transaction())
     }
 
     /// Opens the write transaction with `query`'s statements, whose string starts with
@@ -331,23 +320,24 @@ where
     {
         use futures_util::TryStreamExt as _;
         self.clean = false;
-        let batches = self.begin.is_some();
-        let conn = self.held.conn();
-        if !batches {
-            sqlx::query("BEGIN").execute(&mut *conn).await?;
+        if self.begin.is_none() {
+            sqlx::query("BEGIN").execute(self.held.conn()).await?;
         }
-        let results = Executor::fetch_many(&mut *conn, query)
+        let results = Executor::fetch_many(self.held.conn(), query)
             .try_collect()
             .await?;
-        Ok((
-            WriteTx {
-                conn,
-                clean: &mut self.clean,
-                batches,
-            },
-            results,
-        ))
+        Ok((self.transaction(), results))
     }
+
+    /// The transaction just opened on this writer's connection.
+    fn transaction(&mut self) -> WriteTx<'_, DB> {
+        WriteTx {
+            batches: self.begin.is_some(),
+            conn: self.held.conn(),
+            clean: &mut self.clean,
+        }
+    }
+
     /// Runs one statement on its own, outside a transaction (it commits by itself). A
     /// statement that ran to its end, failed or not, leaves no transaction behind, so the
     /// connection goes back to the pool; one dropped midway is closed.
