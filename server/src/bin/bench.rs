@@ -68,7 +68,8 @@ struct Args {
     console_requests: usize,
     /// Out of process, as a user runs it: the real `partyflow serve` binary (the one next
     /// to this binary) and the receiver in processes of their own, this one the load
-    /// generator; the CPU of each is printed apart. Flood, fan-out and steady only.
+    /// generator; the CPU of each is printed apart. Flood, fan-out, steady and the 10,000
+    /// destinations only.
     #[arg(long)]
     external: bool,
     /// With `--external`: the server's log filter (`RUST_LOG`; its log goes to this
@@ -81,7 +82,9 @@ struct Args {
 }
 
 /// The scenarios `--external` runs.
-const EXTERNAL_SCENARIOS: [&str; 4] = ["flood", "fanout", "steady", "steady1000"];
+/// (The 10,000 destinations are written through this process's own connection to the
+/// server's database, before any traffic.)
+const EXTERNAL_SCENARIOS: [&str; 5] = ["flood", "fanout", "steady", "steady1000", "wide"];
 
 /// Where a time measured here stands on the wall clock, so times taken in two processes
 /// compare: UNIX milliseconds.
