@@ -407,23 +407,27 @@ impl Engine {
                 }
             }
             let (finished, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-            let rule = &self.settings.auto_disable;
-            match self
-                .storage
-                .finish_attempts(&finished, rule, now_ms())
-                .await
-            {
-                Ok(effects) => {
-                    for (reply, e) in replies.into_iter().zip(effects) {
-                        let _ = reply.send(Ok(e));
-                    }
+            for (reply, recorded) in replies.into_iter().zip(self.record(&finished).await) {
+                let _ = reply.send(recorded);
+            }
+        }
+    }
+
+    /// Records a group of finished attempts in one transaction; if that fails, one by one,
+    /// so one bad row does not fail its neighbours. An answer for each, in order.
+    async fn record(
+        &self,
+        finished: &[FinishedAttempt],
+    ) -> Vec<Result<crate::storage::FinishEffects, StorageError>> {
+        let rule = &self.settings.auto_disable;
+        match self.storage.finish_attempts(finished, rule, now_ms()).await {
+            Ok(effects) => effects.into_iter().map(Ok).collect(),
+            Err(_) => {
+                let mut each = Vec::with_capacity(finished.len());
+                for f in finished {
+                    each.push(self.storage.finish_attempt(f, rule, now_ms()).await);
                 }
-                // One bad row must not fail its neighbours: write them one by one.
-                Err(_) => {
-                    for (f, reply) in finished.iter().zip(replies) {
-                        let _ = reply.send(self.storage.finish_attempt(f, rule, now_ms()).await);
-                    }
-                }
+                each
             }
         }
     }
@@ -438,17 +442,15 @@ impl Engine {
     ) -> Result<crate::storage::FinishEffects, StorageError> {
         let (_counted, alone) = crate::storage::group_commit::Pending::enter(&self.finishing);
         if alone {
-            let rule = &self.settings.auto_disable;
-            return match self
-                .storage
-                .finish_attempts(std::slice::from_ref(&finished), rule, now_ms())
+            return self
+                .record(std::slice::from_ref(&finished))
                 .await
-            {
-                Ok(mut effects) => effects.pop().ok_or_else(|| {
-                    StorageError::Internal("a finished attempt was not recorded".into())
-                }),
-                Err(_) => self.storage.finish_attempt(&finished, rule, now_ms()).await,
-            };
+                .pop()
+                .unwrap_or_else(|| {
+                    Err(StorageError::Internal(
+                        "a finished attempt was not recorded".into(),
+                    ))
+                });
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         if let Err(tokio::sync::mpsc::error::SendError((finished, _))) =

@@ -68,10 +68,7 @@ impl Dialect for Postgres {
     ) -> Result<Claimed> {
         let mut tx = Self::begin_claim(&mut writer).await?;
         let batch = Self::claim_all_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
-        let claimed = Store::<Self>::within_plans_in(&mut tx, batch, limits.plans, now).await?;
-        let claimed = Store::<Self>::with_destinations_in(&mut tx, claimed).await?;
-        tx.commit().await?;
-        Ok(claimed)
+        Self::end_claim(tx, batch, limits, now).await
     }
 
     async fn claim_for(
@@ -87,10 +84,7 @@ impl Dialect for Postgres {
             Self::claim_named_in(&mut tx, destinations, now, limit, lease_margin_ms, limits)
                 .await?;
         batch.sort_by_key(|c| (c.delivery.next_attempt_at, c.delivery.id));
-        let claimed = Store::<Self>::within_plans_in(&mut tx, batch, limits.plans, now).await?;
-        let claimed = Store::<Self>::with_destinations_in(&mut tx, claimed).await?;
-        tx.commit().await?;
-        Ok(claimed)
+        Self::end_claim(tx, batch, limits, now).await
     }
 
     fn raw_pool(pool: &PgPool) -> RawPool {
@@ -116,7 +110,21 @@ impl Postgres {
             .await?)
     }
 
-    /// [`Dialect::claim_in`]'s statement.
+    /// The rest of a claim's transaction after its statement: the plan limit applied to
+    /// `batch`, the destinations read, the commit.
+    async fn end_claim(
+        mut tx: WriteTx<'_, sqlx::Postgres>,
+        batch: Vec<ClaimedOne>,
+        limits: &ClaimLimits,
+        now: UnixMs,
+    ) -> Result<Claimed> {
+        let claimed = Store::<Self>::within_plans_in(&mut tx, batch, limits.plans, now).await?;
+        let claimed = Store::<Self>::with_destinations_in(&mut tx, claimed).await?;
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    /// [`Dialect::claim`]'s statement.
     async fn claim_all_in(
         tx: &mut WriteTx<'_, sqlx::Postgres>,
         now: UnixMs,

@@ -775,16 +775,6 @@ where
         batch
     }
 
-    /// [`Self::finish_batch`] (`sql`, maybe inside a transaction of its own) with `f`'s
-    /// arguments bound.
-    fn finish_batch_query<'q>(
-        sql: &'q str,
-        f: &'q FinishedAttempt,
-        now: UnixMs,
-    ) -> sqlx::query::Query<'q, D::DB, Args<'q, D>> {
-        Self::bind_finish_batch(sqlx::query(sql), f, now)
-    }
-
     /// Binds the [`FINISH_PARAMETERS`] of [`Self::finish_batch`] for `f` after `query`'s.
     fn bind_finish_batch<'q>(
         query: sqlx::query::Query<'q, D::DB, Args<'q, D>>,
@@ -843,22 +833,19 @@ where
             .bind(message)
     }
 
-    /// What a [`Self::finish_batch`] answered, its update being statement `update`: that
-    /// statement's RETURNING row says the delivery was still ours; the one row after it,
-    /// whether more is due.
+    /// What a [`Self::finish_batch`] answered: its first statement's RETURNING row says the
+    /// delivery was still ours; the one row after it, whether more is due.
     fn finish_batch_effects(
         results: Vec<sqlx::Either<<D::DB as sqlx::Database>::QueryResult, DbRow<D>>>,
-        update: usize,
     ) -> Result<FinishEffects> {
         let (mut statement, mut applied, mut more_due) = (0, false, None);
         for step in results {
             match step {
                 sqlx::Either::Left(_) => statement += 1,
-                sqlx::Either::Right(_) if statement == update => applied = true,
-                sqlx::Either::Right(row) if statement > update => {
+                sqlx::Either::Right(_) if statement == 0 => applied = true,
+                sqlx::Either::Right(row) => {
                     more_due = Some(sqlx::Row::try_get::<bool, _>(&row, 0)?)
                 }
-                sqlx::Either::Right(_) => {}
             }
         }
         Ok(FinishEffects {
@@ -875,9 +862,10 @@ where
         now: UnixMs,
     ) -> Result<FinishEffects> {
         use futures_util::TryStreamExt as _;
+        let one = std::slice::from_ref(f);
         if D::BACKEND == Backend::Postgres {
             let sql = finish_statement();
-            let row = Self::finish_batch_query(&sql, f, now)
+            let row = Self::finish_batches_query(&sql, one, now)
                 .fetch_one(&mut **tx)
                 .await?;
             return Ok(FinishEffects {
@@ -887,9 +875,9 @@ where
             });
         }
         let batch = Self::finish_batch();
-        let query = Self::finish_batch_query(&batch, f, now);
+        let query = Self::finish_batches_query(&batch, one, now);
         let results = Executor::fetch_many(&mut **tx, query).try_collect().await?;
-        Self::finish_batch_effects(results, 0)
+        Self::finish_batch_effects(results)
     }
 
     /// Attempts that all finish at once, recorded together: their batches one after the
@@ -915,29 +903,26 @@ where
             // BEGIN's end, then the attempts' statements.
             return Self::finish_batches_effects(results.into_iter().skip(1), batch.len());
         }
+        use futures_util::TryStreamExt as _;
+        let chunks: Vec<&[FinishedAttempt]> = batch.chunks(FINISH_CHUNK).collect();
+        let Some((last, before)) = chunks.split_last() else {
+            return Ok(Vec::new());
+        };
         let mut effects = Vec::with_capacity(batch.len());
         let mut tx = writer.begin().await?;
-        let mut chunks = batch.chunks(FINISH_CHUNK).peekable();
-        while let Some(chunk) = chunks.next() {
-            let statements = Self::finish_batches(chunk.len());
-            let results = if chunks.peek().is_some() {
-                use futures_util::TryStreamExt as _;
-                Executor::fetch_many(
-                    &mut *tx,
-                    Self::finish_batches_query(&statements, chunk, now),
-                )
-                .try_collect::<Vec<_>>()
-                .await?
-            } else {
-                let sql = format!("{statements}{}", tx.closing());
-                let results = tx
-                    .commit_with(Self::finish_batches_query(&sql, chunk, now))
+        for chunk in before {
+            let sql = Self::finish_batches(chunk.len());
+            let results: Vec<_> =
+                Executor::fetch_many(&mut *tx, Self::finish_batches_query(&sql, chunk, now))
+                    .try_collect()
                     .await?;
-                effects.extend(Self::finish_batches_effects(results, chunk.len())?);
-                break;
-            };
             effects.extend(Self::finish_batches_effects(results, chunk.len())?);
         }
+        let sql = format!("{}{}", Self::finish_batches(last.len()), tx.closing());
+        let results = tx
+            .commit_with(Self::finish_batches_query(&sql, last, now))
+            .await?;
+        effects.extend(Self::finish_batches_effects(results, last.len())?);
         Ok(effects)
     }
 
@@ -982,7 +967,7 @@ where
                 ended += usize::from(matches!(step, sqlx::Either::Left(_)));
                 own.push(step);
             }
-            effects.push(Self::finish_batch_effects(own, 0)?);
+            effects.push(Self::finish_batch_effects(own)?);
         }
         Ok(effects)
     }
