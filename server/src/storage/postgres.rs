@@ -4,6 +4,7 @@
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
+use super::reads::{Reads, PING_AFTER_IDLE};
 use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
 use super::{Backend, ClaimLimits, Claimed, RawPool, Result, StorageError};
@@ -19,16 +20,18 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgre
 pub struct Postgres;
 
 impl Store<Postgres> {
-    /// Connects to the database at `url`: one pool for everything (PostgreSQL commits are
-    /// durable either way).
+    /// Connects to the database at `url`: one set of kept connections for everything
+    /// (PostgreSQL commits are durable either way), reads and writes alike
+    /// ([`super::reads`]: no ping per use, one after half a second idle).
     pub async fn connect(url: &str) -> anyhow::Result<Self> {
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .connect(url)
             .await?;
-        let writes = Writes::new(pool.clone(), pool.clone(), false, None);
-        Ok(Store::new(pool.clone(), pool, writes))
+        let reads = Reads::new(pool.clone(), Some(PING_AFTER_IDLE));
+        let writes = Writes::new(pool.clone(), pool, false, None).lending(reads.kept());
+        Ok(Store::new(reads.clone(), reads, writes))
     }
 }
 

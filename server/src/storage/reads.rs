@@ -1,31 +1,41 @@
-//! The connections reads go through: [`Reads`] is an executor (`.fetch_one(&self.read)`),
-//! backed by a sqlx pool.
+//! The connections reads go through: [`Reads`] is an executor (`.fetch_one(&self.read)`)
+//! over connections it keeps ([`Kept`]), taken out of a sqlx pool once
+//! ([`PoolConnection::detach`](sqlx::pool::PoolConnection::detach)) and lent one
+//! statement at a time. On PostgreSQL the writers borrow from the same [`Kept`] set.
 //!
-//! On SQLite it keeps its connections itself, taken out of the pool once
-//! ([`PoolConnection::detach`](sqlx::pool::PoolConnection::detach)), and hands them out
-//! one read at a time. sqlx 0.8 pings every connection given back to a pool, from a task
-//! spawned for it; on SQLite the ping is a round trip to the connection's own thread,
-//! which doubled the round trips of every read (a publish makes three, the engine one per
-//! ended attempt), and each round trip costs a thread wake-up on both sides. A kept read
-//! connection goes back without one. The ping's other purpose, flushing what a dropped
-//! query left behind, is kept: a connection goes back only after its statement ran to the
-//! end; one whose read was dropped midway is closed, and the pool opens another.
-//!
-//! PostgreSQL reads go through the pool as they are (a connection there is a socket to a
-//! server that may have gone away, which the ping notices).
+//! sqlx 0.8 pings every connection given back to a pool, from a task spawned for it, and
+//! (by default) every connection it hands out. On SQLite a ping is a round trip to the
+//! connection's own thread, on PostgreSQL one to the server: together they doubled or
+//! tripled the round trips of every read and write transaction, each one a thread
+//! wake-up on both sides and on PostgreSQL a network hop. A kept connection goes back
+//! without one. The pings' purposes are kept otherwise:
+//! - **flushing what a dropped query left behind**: a connection goes back only after
+//!   its statement ran to the end and either succeeded or was refused by the database
+//!   itself; one whose read was dropped midway, or that failed any other way (an I/O
+//!   error, a protocol error), is closed, and the pool opens another;
+//! - **noticing a server that went away** (PostgreSQL): a connection that sat idle
+//!   longer than [`Kept`]'s `check_after` is pinged before it is lent again, the way
+//!   HikariCP skips its alive-check for a connection used within the last 500 ms
+//!   (`aliveBypassWindowMs`). Under load connections never sit that long; after an
+//!   outage each stale one fails its ping and is replaced.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use futures_util::future::{BoxFuture, FutureExt as _};
 use futures_util::stream::{self, BoxStream, StreamExt as _, TryStreamExt as _};
-use sqlx::{Database, Describe, Either, Error, Execute, Executor, Pool};
+use sqlx::{Connection as _, Database, Describe, Either, Error, Execute, Executor, Pool};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-/// The read side of a store: a pool, and on SQLite the connections it keeps.
+/// How long a PostgreSQL connection may sit idle and still be lent without a ping
+/// (HikariCP's `aliveBypassWindowMs`).
+pub const PING_AFTER_IDLE: Duration = Duration::from_millis(500);
+
+/// The read side of a store: a pool, and the connections kept out of it.
 #[derive(Debug)]
 pub struct Reads<DB: Database> {
     pool: Pool<DB>,
-    kept: Option<Arc<Kept<DB>>>,
+    kept: Arc<Kept<DB>>,
 }
 
 impl<DB: Database> Clone for Reads<DB> {
@@ -37,10 +47,14 @@ impl<DB: Database> Clone for Reads<DB> {
     }
 }
 
-/// Idle kept connections, and a permit for each connection that may be out at once.
-struct Kept<DB: Database> {
-    idle: Mutex<Vec<DB::Connection>>,
+/// Connections taken out of a pool and kept: the idle ones (most recently used last),
+/// and a permit for each connection that may be out at once.
+pub struct Kept<DB: Database> {
+    idle: Mutex<Vec<(DB::Connection, Instant)>>,
     permits: Semaphore,
+    /// An idle connection older than this is pinged before it is lent (`None`: never,
+    /// a local file cannot go away).
+    check_after: Option<Duration>,
 }
 
 impl<DB: Database> std::fmt::Debug for Kept<DB> {
@@ -52,14 +66,13 @@ impl<DB: Database> std::fmt::Debug for Kept<DB> {
 }
 
 impl<DB: Database> Reads<DB> {
-    /// Reads through `pool`; with `keep`, through connections taken out of it once and
-    /// kept (as many at once as the pool's maximum).
-    pub fn new(pool: Pool<DB>, keep: bool) -> Self {
-        let kept = keep.then(|| {
-            Arc::new(Kept {
-                idle: Mutex::new(Vec::new()),
-                permits: Semaphore::new(pool.options().get_max_connections() as usize),
-            })
+    /// Reads through connections taken out of `pool` and kept, as many at once as the
+    /// pool's maximum; with `check_after`, one idle longer than that is pinged first.
+    pub fn new(pool: Pool<DB>, check_after: Option<Duration>) -> Self {
+        let kept = Arc::new(Kept {
+            idle: Mutex::new(Vec::new()),
+            permits: Semaphore::new(pool.options().get_max_connections() as usize),
+            check_after,
         });
         Self { pool, kept }
     }
@@ -69,46 +82,94 @@ impl<DB: Database> Reads<DB> {
         &self.pool
     }
 
-    /// Kept connections open now, idle or out (none without keeping).
+    /// The kept connections, to lend to writers too (PostgreSQL: one set for the store).
+    pub fn kept(&self) -> Arc<Kept<DB>> {
+        self.kept.clone()
+    }
+
+    /// Kept connections open now, idle or out.
     pub fn kept_connections(&self) -> (u32, u32) {
-        let Some(kept) = &self.kept else {
-            return (0, 0);
-        };
-        let idle = kept.idle.lock().unwrap_or_else(|p| p.into_inner()).len() as u32;
+        let idle = self
+            .kept
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len() as u32;
         let max = self.pool.options().get_max_connections();
-        let out = max - kept.permits.available_permits() as u32;
+        let out = max - self.kept.permits.available_permits() as u32;
         (idle + out, idle)
     }
 }
 
+/// Whether a connection whose statement ended with `result` may be lent again: it ran to
+/// the end, and either succeeded or the database itself refused it (the connection then
+/// is as it was). Anything else (an I/O or protocol error) may have left it broken.
+pub fn still_usable<T>(result: &Result<T, Error>) -> bool {
+    matches!(result, Ok(_) | Err(Error::Database(_)))
+}
+
 impl<DB: Database> Kept<DB> {
-    /// A permit and a kept connection (opened from `pool` when none is idle). Give it
-    /// back with [`Kept::give_back`] once its statement has run to the end; dropped
-    /// instead, it closes.
-    async fn take(&self, pool: &Pool<DB>) -> Result<(SemaphorePermit<'_>, DB::Connection), Error> {
+    /// A kept connection, lent until given back ([`Lent::give_back`]); dropped instead,
+    /// it closes. Opened from `pool` when none is idle; an idle one past `check_after`
+    /// is pinged first, and closed if it does not answer.
+    pub async fn take(&self, pool: &Pool<DB>) -> Result<Lent<'_, DB>, Error> {
         // A closed pool closes what it lent out too.
         if pool.is_closed() {
             self.idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
             return Err(Error::PoolClosed);
         }
-        let permit = self
-            .permits
-            .acquire()
+        // As long as the pool would wait for one of its own.
+        let wait = pool.options().get_acquire_timeout();
+        let permit = tokio::time::timeout(wait, self.permits.acquire())
             .await
+            .map_err(|_| Error::PoolTimedOut)?
             .map_err(|_| Error::PoolClosed)?;
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let conn = match idle {
-            Some(conn) => conn,
-            None => pool.acquire().await?.detach(),
-        };
-        Ok((permit, conn))
+        loop {
+            let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let conn = match idle {
+                Some((mut conn, since)) => {
+                    let stale = self
+                        .check_after
+                        .is_some_and(|after| since.elapsed() >= after);
+                    if stale && conn.ping().await.is_err() {
+                        continue;
+                    }
+                    conn
+                }
+                None => pool.acquire().await?.detach(),
+            };
+            return Ok(Lent {
+                kept: self,
+                _permit: permit,
+                conn: Some(conn),
+            });
+        }
+    }
+}
+
+/// A kept connection, out: given back with [`Lent::give_back`], closed when dropped.
+pub struct Lent<'k, DB: Database> {
+    kept: &'k Kept<DB>,
+    _permit: SemaphorePermit<'k>,
+    conn: Option<DB::Connection>,
+}
+
+impl<DB: Database> Lent<'_, DB> {
+    pub fn conn(&mut self) -> &mut DB::Connection {
+        self.conn
+            .as_mut()
+            .expect("a lent connection is there until given back")
     }
 
-    fn give_back(&self, conn: DB::Connection) {
-        self.idle
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(conn);
+    /// Puts the connection back among the idle ones (its statements ran to the end).
+    pub fn give_back(mut self) {
+        if let Some(conn) = self.conn.take() {
+            self.kept
+                .idle
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((conn, Instant::now()));
+        }
     }
 }
 
@@ -125,16 +186,14 @@ where
     where
         E: 'q + Execute<'q, DB>,
     {
-        let Some(kept) = self.kept.clone() else {
-            return (&self.pool).fetch_many(query);
-        };
-        let pool = self.pool.clone();
+        let (kept, pool) = (self.kept.clone(), self.pool.clone());
         // Read to the end, then handed out: the connection goes back before the rows do.
         let all = async move {
-            let (permit, mut conn) = kept.take(&pool).await?;
-            let rows: Result<Vec<_>, Error> = conn.fetch_many(query).try_collect().await;
-            kept.give_back(conn);
-            drop(permit);
+            let mut lent = kept.take(&pool).await?;
+            let rows: Result<Vec<_>, Error> = lent.conn().fetch_many(query).try_collect().await;
+            if still_usable(&rows) {
+                lent.give_back();
+            }
             Ok::<_, Error>(stream::iter(rows?.into_iter().map(Ok)))
         };
         stream::once(all).try_flatten().boxed()
@@ -147,15 +206,13 @@ where
     where
         E: 'q + Execute<'q, DB>,
     {
-        let Some(kept) = self.kept.clone() else {
-            return (&self.pool).fetch_optional(query);
-        };
-        let pool = self.pool.clone();
+        let (kept, pool) = (self.kept.clone(), self.pool.clone());
         async move {
-            let (permit, mut conn) = kept.take(&pool).await?;
-            let row = conn.fetch_optional(query).await;
-            kept.give_back(conn);
-            drop(permit);
+            let mut lent = kept.take(&pool).await?;
+            let row = lent.conn().fetch_optional(query).await;
+            if still_usable(&row) {
+                lent.give_back();
+            }
             row
         }
         .boxed()
@@ -198,7 +255,7 @@ mod tests {
             .execute(&pool)
             .await
             .unwrap();
-        Reads::new(pool, true)
+        Reads::new(pool, None)
     }
 
     #[tokio::test]

@@ -17,6 +17,7 @@ use super::destinations::{DestinationRow, DESTINATION};
 use super::queue::{
     claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, ClaimedRow,
 };
+use super::reads::Reads;
 use super::store::{convert_all, Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
 use super::{Backend, ClaimLimits, Claimed, RawPool, Result, StorageError};
@@ -80,7 +81,12 @@ impl Store<Sqlite> {
             Some("BEGIN IMMEDIATE"),
         )
         .telling(committed);
-        Ok(Store::new(pool, engine_pool, writes))
+        // A local file cannot go away: a kept connection is never pinged.
+        Ok(Store::new(
+            Reads::new(pool, None),
+            Reads::new(engine_pool, None),
+            writes,
+        ))
     }
 }
 

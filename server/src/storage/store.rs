@@ -138,13 +138,15 @@ pub struct Store<D: Dialect> {
 }
 
 impl<D: Dialect> Store<D> {
-    /// A store reading from `read` and `engine_read` and writing through `writes`. On
-    /// SQLite the reads keep their connections ([`Reads`]).
-    pub(super) fn new(read: Pool<D::DB>, engine_read: Pool<D::DB>, writes: Writes<D::DB>) -> Self {
-        let keep = D::BACKEND == Backend::Sqlite;
+    /// A store reading from `read` and `engine_read` and writing through `writes`.
+    pub(super) fn new(
+        read: Reads<D::DB>,
+        engine_read: Reads<D::DB>,
+        writes: Writes<D::DB>,
+    ) -> Self {
         Self {
-            read: Reads::new(read, keep),
-            engine_read: Reads::new(engine_read, keep),
+            read,
+            engine_read,
             writes,
             dialect: PhantomData,
         }

@@ -38,6 +38,7 @@ use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::checkpoint::Committed;
+use super::reads::Kept as Lending;
 
 tokio::task_local! {
     /// The time the writers of a task inside [`metered`] have held their connection.
@@ -83,6 +84,9 @@ pub struct Writes<DB: Database> {
     gate: Option<Arc<Mutex<Kept<DB>>>>,
     /// How a write transaction begins: `BEGIN IMMEDIATE` on SQLite; `None`: `BEGIN`.
     begin: Option<&'static str>,
+    /// PostgreSQL: the store's kept connections ([`super::reads`]), lent to writers too.
+    /// `None`: writers without a gate take a connection of the pool.
+    lending: Option<Arc<Lending<DB>>>,
     /// SQLite: told after each write, so the WAL is checkpointed off the write path
     /// ([`super::checkpoint`]). `None`: nobody to tell (PostgreSQL, tests).
     committed: Option<Committed>,
@@ -168,6 +172,7 @@ impl<DB: Database> Writes<DB> {
             engine,
             gate: gated.then(Default::default),
             begin,
+            lending: None,
             committed: None,
             others: Arc::default(),
         }
@@ -176,6 +181,13 @@ impl<DB: Database> Writes<DB> {
     /// Whether a writer outside [`metered`] asked for the write path within `window`.
     pub fn others_wrote_within(&self, window: Duration) -> bool {
         self.others.within(window)
+    }
+
+    /// Writers without a gate borrow from `kept` (the store's kept connections) instead of
+    /// the pool, which pings a connection on the way out and on the way back.
+    pub fn lending(mut self, kept: Arc<Lending<DB>>) -> Self {
+        self.lending = Some(kept);
+        self
     }
 
     /// Tells `committed` after every write (SQLite's checkpointer).
@@ -208,7 +220,10 @@ impl<DB: Database> Writes<DB> {
                 }
                 Held::Kept(kept, durability)
             }
-            None => Held::Pooled(pool.acquire().await?),
+            None => match &self.lending {
+                Some(kept) => Held::Lent(kept.take(pool).await?),
+                None => Held::Pooled(pool.acquire().await?),
+            },
         };
         Ok(Writer::new(held, self.begin, self.committed.as_ref()))
     }
@@ -216,8 +231,12 @@ impl<DB: Database> Writes<DB> {
 
 /// Where a [`Writer`]'s connection comes from and goes back to.
 enum Held<'g, DB: Database> {
-    /// A pool's (PostgreSQL): back to the pool on drop.
+    /// A pool's: back to the pool on drop.
     Pooled(PoolConnection<DB>),
+    /// One of the store's kept connections (PostgreSQL): back among them when clean.
+    Lent(super::reads::Lent<'g, DB>),
+    /// Given back (only while the writer drops).
+    Gone,
     /// The one the write gate keeps (SQLite), with the gate held.
     Kept(MutexGuard<'g, Kept<DB>>, Durability),
 }
@@ -226,6 +245,8 @@ impl<DB: Database> Held<'_, DB> {
     fn conn(&mut self) -> &mut DB::Connection {
         match self {
             Held::Pooled(conn) => conn,
+            Held::Lent(lent) => lent.conn(),
+            Held::Gone => unreachable!("a writer's connection goes only when the writer drops"),
             Held::Kept(kept, durability) => kept
                 .slot(*durability)
                 .as_mut()
@@ -386,7 +407,11 @@ impl<DB: Database> Drop for Writer<'_, DB> {
                 Held::Pooled(conn) => conn.close_on_drop(),
                 // Dropped, it closes (its thread ends and SQLite rolls back what was open).
                 Held::Kept(kept, durability) => drop(kept.slot(*durability).take()),
+                // Not given back: closed when the writer's fields drop.
+                Held::Lent(_) | Held::Gone => {}
             }
+        } else if let Held::Lent(lent) = std::mem::replace(&mut self.held, Held::Gone) {
+            lent.give_back();
         }
         if let Some(committed) = self.committed {
             committed.tell();

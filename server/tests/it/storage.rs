@@ -491,3 +491,42 @@ on_both_backends! {
         assert_eq!(fan_out(store.publish_event(&event(s.id, "anything"), NOW).await.unwrap()), vec![d.id]);
     }
 }
+
+/// PostgreSQL connections are kept between uses without sqlx's pings (`storage::reads`):
+/// when the server drops them (a restart, a failover, an administrator), a connection
+/// that sat idle past the bypass window is pinged before it is lent again and replaced,
+/// so neither reads nor writes see the dead ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_connections_the_server_dropped_are_replaced_before_they_are_used() {
+    let Some(db) = server::testkit::fresh_db(server::testkit::Db::Postgres).await else {
+        return;
+    };
+    let store = db.storage.as_ref();
+    // Several connections kept: reads and writes at once.
+    let s = space(store, Plan::Free).await;
+    let reads = (0..4).map(|_| store.get_space(s.id));
+    for read in futures_util::future::join_all(reads).await {
+        assert_eq!(read.unwrap().id, s.id);
+    }
+    let killer = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&killer)
+    .await
+    .unwrap();
+    assert!(!killed.is_empty() && killed.iter().all(|k| *k));
+    tokio::time::sleep(
+        server::storage::reads::PING_AFTER_IDLE + std::time::Duration::from_millis(100),
+    )
+    .await;
+    // Every kept connection is dead and idle past the window: each is pinged, fails,
+    // and a fresh one takes its place. Not one use fails.
+    let reads = (0..4).map(|_| store.get_space(s.id));
+    for read in futures_util::future::join_all(reads).await {
+        assert_eq!(read.unwrap().id, s.id);
+    }
+    let other = space(store, Plan::Free).await;
+    assert_eq!(store.get_space(other.id).await.unwrap().id, other.id);
+}
