@@ -220,13 +220,25 @@ where
         id: DestinationId,
         audit: Option<&AuditEntry>,
     ) -> Result<()> {
-        self.write_one_audited(
-            sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
-                .bind(id.to_string())
-                .bind(space_id.to_string()),
-            audit,
-        )
-        .await
+        // On PostgreSQL the cascade over the destination's deliveries locks them in its own
+        // order, and the engine's record of a group of attempts to them in the group's: the
+        // database then aborts one of the two. The engine's record falls back to one attempt
+        // at a time; the delete is tried again.
+        let mut tries = 0;
+        loop {
+            let deleted = self
+                .write_one_audited(
+                    sqlx::query("DELETE FROM destinations WHERE id = $1 AND space_id = $2")
+                        .bind(id.to_string())
+                        .bind(space_id.to_string()),
+                    audit,
+                )
+                .await;
+            match deleted {
+                Err(e) if super::is_deadlock(&e) && tries < 3 => tries += 1,
+                done => return done,
+            }
+        }
     }
 
     async fn set_destination_status(

@@ -136,6 +136,12 @@ impl From<sqlx::Error> for StorageError {
     }
 }
 
+/// Whether PostgreSQL aborted the transaction because it and another waited on each other
+/// (SQLSTATE 40P01, `deadlock_detected`): tried again, it goes through.
+pub fn is_deadlock(err: &StorageError) -> bool {
+    matches!(err, StorageError::Other(sqlx::Error::Database(db)) if db.code().as_deref() == Some("40P01"))
+}
+
 /// Whether `err` says the database is out of reach or out of room for now, rather than
 /// that this request is wrong: the connection (refused, reset, timed out, pool closed or
 /// exhausted), SQLite's `SQLITE_BUSY`, `SQLITE_NOMEM`, `SQLITE_IOERR*`, `SQLITE_FULL`,

@@ -530,3 +530,63 @@ async fn postgres_connections_the_server_dropped_are_replaced_before_they_are_us
     let other = space(store, Plan::Free).await;
     assert_eq!(store.get_space(other.id).await.unwrap().id, other.id);
 }
+
+/// PostgreSQL: deleting a destination cascades over its deliveries, locking them in the
+/// order it scans them, while the engine's record of a group of attempts locks them in
+/// the group's order; when the two cross, the database aborts one (`deadlock_detected`).
+/// The delete is tried again and goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_destination_that_meets_a_deadlock_is_tried_again() {
+    let Some(db) = server::testkit::fresh_db(server::testkit::Db::Postgres).await else {
+        return;
+    };
+    let store = db.storage.clone();
+    let s = space(store.as_ref(), Plan::Free).await;
+    let d = destination(s.id, None, DestinationStatus::Active);
+    store.create_destination(&d, None).await.unwrap();
+    for _ in 0..2 {
+        store
+            .publish_event(&event(s.id, "message.created"), NOW)
+            .await
+            .unwrap();
+    }
+    let raw = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let ids: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM deliveries WHERE destination_id = $1 ORDER BY ctid")
+            .bind(d.id.to_string())
+            .fetch_all(&raw)
+            .await
+            .unwrap();
+    let (first, last) = (&ids[0], &ids[1]);
+    // Another transaction holds the delivery the cascade reaches last…
+    let mut other = raw.begin().await.unwrap();
+    sqlx::query("UPDATE deliveries SET updated_at = updated_at + 1 WHERE id = $1")
+        .bind(last)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    let deleting = tokio::spawn({
+        let store = store.clone();
+        async move { store.delete_destination(s.id, d.id, None).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // …then waits for the one the cascade took first: each waits on the other.
+    sqlx::query("UPDATE deliveries SET updated_at = updated_at + 1 WHERE id = $1")
+        .bind(first)
+        .execute(&mut *other)
+        .await
+        .unwrap();
+    other.commit().await.unwrap();
+    deleting.await.unwrap().unwrap();
+    assert!(matches!(
+        store.get_destination(s.id, d.id).await,
+        Err(StorageError::NotFound)
+    ));
+    let (left,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM deliveries WHERE destination_id = $1")
+            .bind(d.id.to_string())
+            .fetch_one(&raw)
+            .await
+            .unwrap();
+    assert_eq!(left, 0);
+}
