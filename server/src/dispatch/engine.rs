@@ -21,8 +21,8 @@ use crate::sandbox::Sandbox;
 use std::sync::atomic::Ordering;
 
 use crate::storage::{
-    ClaimLimits, DispatchQueue, FinishedAttempt, NextStep, PlanLimits, RateScope, Slot,
-    StorageError,
+    ClaimLimits, ClaimNext, Claimed, DispatchQueue, FinishEffects, FinishedAttempt, NextStep,
+    PlanLimits, RateScope, Slot, StorageError,
 };
 
 /// The most of a response body read and kept in the attempt log: reading stops there
@@ -202,14 +202,62 @@ pub struct Engine {
     finish_queue: Mutex<Option<tokio::sync::mpsc::Receiver<FinishRequest>>>,
     /// Finished attempts on their way to the database, queued or being written.
     finishing: std::sync::atomic::AtomicUsize,
+    /// Set when the engine stops claiming: finished attempts then claim no successor.
+    stopping: std::sync::atomic::AtomicBool,
     /// The engine's metrics, as ready handles (made with the engine, after the recorder).
     metrics: crate::metrics::Dispatch,
 }
 
 type FinishRequest = (
     FinishedAttempt,
-    tokio::sync::oneshot::Sender<Result<crate::storage::FinishEffects, StorageError>>,
+    tokio::sync::oneshot::Sender<Result<Recorded, StorageError>>,
 );
+
+/// A claimed delivery, with what its claim read for it: its destination and its event
+/// (`None`: deleted meanwhile, read again by the attempt).
+struct Work {
+    delivery: Delivery,
+    destination: Option<Arc<Destination>>,
+    event: Option<Arc<Event>>,
+}
+
+/// A finished attempt, recorded: its effects, the delivery its worker goes on with (a
+/// successor claimed in the same transaction, for the slot the attempt freed), and
+/// whether its destination needs another claim ([`Ended::hint`]).
+struct Recorded {
+    effects: FinishEffects,
+    next: Option<Work>,
+    hint: Option<bool>,
+}
+
+/// How an attempt's worker ended it: whether its destination needs a claim (`Some(true)`:
+/// something is due there and no successor took the slot; `Some(false)`: nothing; `None`:
+/// unknown, the engine looks), and the delivery it goes on with.
+#[derive(Default)]
+struct Ended {
+    hint: Option<bool>,
+    next: Option<Work>,
+}
+
+/// Which finished attempts still leave their destination something to claim: those with
+/// more due (`more_due`, `None`: unknown) where the successors claimed for the
+/// destination (`got`) did not take every slot the group's attempts to it freed.
+fn hints(finished: &[(DestinationId, Option<bool>)], got: &[DestinationId]) -> Vec<Option<bool>> {
+    let count = |list: &mut dyn Iterator<Item = DestinationId>, d: DestinationId| {
+        list.filter(|x| *x == d).count()
+    };
+    finished
+        .iter()
+        .map(|(d, more_due)| {
+            let ended = count(&mut finished.iter().map(|(x, _)| *x), *d);
+            if count(&mut got.iter().copied(), *d) >= ended {
+                Some(false)
+            } else {
+                *more_due
+            }
+        })
+        .collect()
+}
 
 /// The most finished attempts committed together.
 const FINISH_BATCH: usize = 256;
@@ -246,6 +294,7 @@ impl Engine {
             finisher,
             finish_queue: Mutex::new(Some(finish_queue)),
             finishing: std::sync::atomic::AtomicUsize::new(0),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             metrics: crate::metrics::Dispatch::new(),
         })
     }
@@ -293,16 +342,7 @@ impl Engine {
                 continue;
             }
             let margin = self.settings.lease_margin.as_millis() as i64;
-            let retry_capacity =
-                (self.settings.concurrency as f64 * self.settings.retry_share).floor() as i64;
-            let limits = ClaimLimits {
-                per_destination: self.settings.per_destination_in_flight,
-                retries: (retry_capacity - self.retries_in_flight.load(Ordering::Relaxed)).max(0),
-                plans: Some(PlanLimits {
-                    per_second: self.settings.plan_per_second,
-                    window_ms: 1_000 + RATE_MARGIN_MS,
-                }),
-            };
+            let limits = self.claim_limits();
             let want = free.min(256);
             let (mut targets, maybe) = self.handle.hints.take(want);
             if !maybe.is_empty() {
@@ -341,23 +381,16 @@ impl Engine {
                         self.metrics
                             .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
                     }
-                    let mut events = claimed.events;
-                    let destinations = claimed.destinations;
-                    for delivery in claimed.deliveries {
+                    for work in works(claimed) {
                         let Ok(permit) = permits.clone().acquire_owned().await else {
                             break;
                         };
-                        let event = events.remove(&delivery.id);
-                        let destination = destinations.get(&delivery.destination_id).cloned();
-                        let retry = RetryGuard::new(delivery.attempts > 0, &self.retries_in_flight);
+                        // Counted from the claim on, so the next claim's share of retries sees it.
+                        let retry =
+                            RetryGuard::new(work.delivery.attempts > 0, &self.retries_in_flight);
                         let engine = self.clone();
                         let cut = cut_short.clone();
-                        tracker.spawn(async move {
-                            engine
-                                .deliver(delivery, destination, event, cut, permit)
-                                .await;
-                            drop(retry);
-                        });
+                        tracker.spawn(engine.deliver(work, retry, cut, permit));
                     }
                 }
                 Err(e) => {
@@ -374,6 +407,7 @@ impl Engine {
             }
         }
 
+        self.stopping.store(true, Ordering::Relaxed);
         tracker.close();
         if tokio::time::timeout(self.settings.shutdown_grace, tracker.wait())
             .await
@@ -413,33 +447,105 @@ impl Engine {
         }
     }
 
-    /// Records a group of finished attempts in one transaction; if that fails, one by one,
-    /// so one bad row does not fail its neighbours. An answer for each, in order.
-    async fn record(
-        &self,
-        finished: &[FinishedAttempt],
-    ) -> Vec<Result<crate::storage::FinishEffects, StorageError>> {
+    /// What a claim may take now: the per-destination cap, the retries' share of the
+    /// concurrency not yet taken, the plans' limits.
+    fn claim_limits(&self) -> ClaimLimits {
+        let retry_capacity =
+            (self.settings.concurrency as f64 * self.settings.retry_share).floor() as i64;
+        ClaimLimits {
+            per_destination: self.settings.per_destination_in_flight,
+            retries: (retry_capacity - self.retries_in_flight.load(Ordering::Relaxed)).max(0),
+            plans: Some(PlanLimits {
+                per_second: self.settings.plan_per_second,
+                window_ms: 1_000 + RATE_MARGIN_MS,
+            }),
+        }
+    }
+
+    /// Records a group of finished attempts in one transaction, with a claim for the slots
+    /// they free (a successor for each worker, which goes on with it under the permit it
+    /// holds: no hint, no wake-up of the engine's loop, no new task). If that fails, one by
+    /// one and without successors, so one bad row does not fail its neighbours. An answer
+    /// for each, in order.
+    async fn record(&self, finished: &[FinishedAttempt]) -> Vec<Result<Recorded, StorageError>> {
         let rule = &self.settings.auto_disable;
-        match self.storage.finish_attempts(finished, rule, now_ms()).await {
-            Ok(effects) => effects.into_iter().map(Ok).collect(),
+        let mut destinations: Vec<DestinationId> = Vec::new();
+        if !self.stopping.load(Ordering::Relaxed) {
+            for f in finished {
+                if !destinations.contains(&f.destination_id) {
+                    destinations.push(f.destination_id);
+                }
+            }
+        }
+        let next = ClaimNext {
+            destinations,
+            limit: finished.len() as i64,
+            lease_margin_ms: self.settings.lease_margin.as_millis() as i64,
+            limits: self.claim_limits(),
+        };
+        match self
+            .storage
+            .finish_and_claim(finished, rule, now_ms(), &next)
+            .await
+        {
+            Ok((effects, claimed)) => self.successors(finished, effects, claimed),
             Err(_) => {
                 let mut each = Vec::with_capacity(finished.len());
                 for f in finished {
-                    each.push(self.storage.finish_attempt(f, rule, now_ms()).await);
+                    let recorded = self.storage.finish_attempt(f, rule, now_ms()).await;
+                    each.push(recorded.map(|effects| Recorded {
+                        hint: effects.more_due,
+                        effects,
+                        next: None,
+                    }));
                 }
                 each
             }
         }
     }
 
+    /// Hands the successors `claimed` for a group of `finished` attempts to their workers,
+    /// one each, in order, and says which destinations still need a claim ([`hints`]).
+    fn successors(
+        &self,
+        finished: &[FinishedAttempt],
+        effects: Vec<FinishEffects>,
+        claimed: Claimed,
+    ) -> Vec<Result<Recorded, StorageError>> {
+        if claimed.held_by_plan > 0 {
+            self.handle.next_due.forget();
+            self.metrics
+                .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
+        }
+        let ended: Vec<(DestinationId, Option<bool>)> = finished
+            .iter()
+            .zip(&effects)
+            .map(|(f, e)| (f.destination_id, e.more_due))
+            .collect();
+        let got: Vec<DestinationId> = claimed
+            .deliveries
+            .iter()
+            .map(|d| d.destination_id)
+            .collect();
+        let mut next = works(claimed);
+        effects
+            .into_iter()
+            .zip(hints(&ended, &got))
+            .map(|(effects, hint)| {
+                Ok(Recorded {
+                    effects,
+                    next: next.next(),
+                    hint,
+                })
+            })
+            .collect()
+    }
+
     /// Records a finished attempt through the group commit. One that finds nothing else on
     /// its way (every attempt at low load) is written here, a group of one, without
     /// handing it to the committing task and back (two thread wake-ups); those that end
     /// meanwhile queue for the task.
-    async fn finish(
-        &self,
-        finished: FinishedAttempt,
-    ) -> Result<crate::storage::FinishEffects, StorageError> {
+    async fn finish(&self, finished: FinishedAttempt) -> Result<Recorded, StorageError> {
         let (_counted, alone) = crate::storage::group_commit::Pending::enter(&self.finishing);
         if alone {
             return self
@@ -459,7 +565,12 @@ impl Engine {
             return self
                 .storage
                 .finish_attempt(&finished, &self.settings.auto_disable, now_ms())
-                .await;
+                .await
+                .map(|effects| Recorded {
+                    hint: effects.more_due,
+                    effects,
+                    next: None,
+                });
         }
         match answer.await {
             Ok(result) => result,
@@ -570,29 +681,45 @@ impl Engine {
         }
     }
 
+    /// A worker: delivers `work`, then each successor its record claimed, under one permit.
     async fn deliver(
         self: Arc<Self>,
-        d: Delivery,
-        destination: Option<Arc<Destination>>,
-        event: Option<Arc<Event>>,
+        work: Work,
+        retry: RetryGuard,
         cut_short: CancellationToken,
         _permit: OwnedSemaphorePermit,
     ) {
-        let in_flight = self.metrics.in_flight();
-        let more_due = match self.try_deliver(&d, destination, event, &cut_short).await {
-            Ok(more_due) => more_due,
-            Err(e) => {
-                tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
-                None
+        let mut work = Some((work, retry));
+        while let Some((
+            Work {
+                delivery: d,
+                destination,
+                event,
+            },
+            retry,
+        )) = work.take()
+        {
+            let in_flight = self.metrics.in_flight();
+            let ended = match self.try_deliver(&d, destination, event, &cut_short).await {
+                Ok(ended) => ended,
+                Err(e) => {
+                    tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
+                    Ended::default()
+                }
+            };
+            drop((in_flight, retry));
+            // A slot to this destination is free: its next due delivery, if any, can go. When
+            // the record of the attempt said whether one is due, or claimed it, the engine
+            // need not look.
+            match ended.hint {
+                Some(false) => {}
+                Some(true) => self.handle.hints.due([d.destination_id], true),
+                None => self.handle.hints.due([d.destination_id], false),
             }
-        };
-        drop(in_flight);
-        // A slot to this destination is free: its next due delivery, if any, can go. When
-        // the record of the attempt said whether one is due, the engine need not look.
-        match more_due {
-            Some(false) => {}
-            Some(true) => self.handle.hints.due([d.destination_id], true),
-            None => self.handle.hints.due([d.destination_id], false),
+            work = ended.next.map(|next| {
+                let retry = RetryGuard::new(next.delivery.attempts > 0, &self.retries_in_flight);
+                (next, retry)
+            });
         }
     }
 
@@ -602,13 +729,13 @@ impl Engine {
         destination: Option<Arc<Destination>>,
         event: Option<Arc<Event>>,
         cut_short: &CancellationToken,
-    ) -> Result<Option<bool>, StorageError> {
+    ) -> Result<Ended, StorageError> {
         // Read by the claim, in its transaction; without it (deleted meanwhile), read here.
         let destination = match destination {
             Some(dst) => dst,
             None => match self.storage.destination_of(d).await {
                 Ok(dst) => Arc::new(dst),
-                Err(StorageError::NotFound) => return Ok(None), // deleted with its deliveries
+                Err(StorageError::NotFound) => return Ok(Ended::default()), // deleted with its deliveries
                 Err(e) => return Err(e),
             },
         };
@@ -617,7 +744,7 @@ impl Engine {
                 .storage
                 .release_claim(d.id, true, now_ms())
                 .await
-                .map(|()| None);
+                .map(|()| Ended::default());
         }
         // Read by the claim; a delivery without it (its event deleted meanwhile) reads it
         // here, and finds it gone.
@@ -651,7 +778,7 @@ impl Engine {
                     .await;
                 // Forgotten once written, so a read before the write cannot stay known.
                 self.handle.next_due.forget();
-                return deferred.map(|()| None);
+                return deferred.map(|()| Ended::default());
             }
         }
 
@@ -674,7 +801,7 @@ impl Engine {
                 let effects = self.storage.finish_attempt(&finished, &self.settings.auto_disable, now_ms()).await?;
                 self.handle.next_due.forget();
                 self.count(&finished, &effects);
-                return Ok(None);
+                return Ok(Ended::default());
             }
         };
 
@@ -711,7 +838,11 @@ impl Engine {
             finished.attempt.error_class,
             finished.attempt.duration_ms,
         );
-        let effects = self.finish(finished).await?;
+        let Recorded {
+            effects,
+            next: successor,
+            hint,
+        } = self.finish(finished).await?;
         if due_again {
             // Forgotten once written (the hint that follows wakes the idle engine), so a
             // read made before the write cannot stay known.
@@ -731,7 +862,10 @@ impl Engine {
         if effects.destination_disabled {
             tracing::warn!(destination.id = %d.destination_id, "destination auto-disabled after a dead-letter streak");
         }
-        Ok(effects.more_due)
+        Ok(Ended {
+            hint,
+            next: successor,
+        })
     }
 
     /// The metrics of a recorded attempt (nothing when it was no longer ours).
@@ -969,6 +1103,21 @@ impl Engine {
     }
 }
 
+/// A claim's deliveries, each with its destination and event.
+fn works(claimed: Claimed) -> impl Iterator<Item = Work> {
+    let Claimed {
+        deliveries,
+        mut events,
+        destinations,
+        ..
+    } = claimed;
+    deliveries.into_iter().map(move |delivery| Work {
+        event: events.remove(&delivery.id),
+        destination: destinations.get(&delivery.destination_id).cloned(),
+        delivery,
+    })
+}
+
 /// Counts a retry in flight for as long as it lives.
 struct RetryGuard(Option<Arc<std::sync::atomic::AtomicI64>>);
 
@@ -1077,6 +1226,29 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::*;
     use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+    #[test]
+    fn a_destination_is_hinted_only_when_its_successors_did_not_take_every_slot_freed() {
+        let (a, b, c) = (
+            DestinationId::new(),
+            DestinationId::new(),
+            DestinationId::new(),
+        );
+        // Two attempts to `a` ended and one successor came: one slot is still free, and
+        // what the records said stands. `b` got its successor: nothing to claim, whatever
+        // was due. `c` got none: its record decides (here: unknown, the engine looks).
+        let ended = [(a, Some(true)), (a, Some(true)), (b, Some(true)), (c, None)];
+        assert_eq!(
+            hints(&ended, &[a, b]),
+            vec![Some(true), Some(true), Some(false), None]
+        );
+        // Both of `a`'s slots refilled (even from a claim that also served others).
+        assert_eq!(
+            hints(&ended[..2], &[a, a, b]),
+            vec![Some(false), Some(false)]
+        );
+        assert_eq!(hints(&[(a, Some(false))], &[]), vec![Some(false)]);
+    }
 
     #[test]
     fn response_headers_are_kept_up_to_the_limit_and_no_further() {

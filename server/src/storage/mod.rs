@@ -361,6 +361,17 @@ impl Default for ClaimLimits {
     }
 }
 
+/// What a group of finished attempts claims next, in its own transaction where the
+/// backend can ([`DispatchQueue::finish_and_claim`]): up to `limit` due deliveries of
+/// `destinations`, as [`DispatchQueue::claim_for`] with these arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimNext {
+    pub destinations: Vec<DestinationId>,
+    pub limit: i64,
+    pub lease_margin_ms: i64,
+    pub limits: ClaimLimits,
+}
+
 /// The plan limit a claim applies: sends per second shared by a space's destinations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlanLimits {

@@ -275,6 +275,20 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         rule: &AutoDisable,
         now: UnixMs,
     ) -> Result<Vec<FinishEffects>>;
+    /// [`DispatchQueue::finish_attempts`] and, in the same transaction, a claim for `next`
+    /// (the slots the attempts freed, filled at once by the workers that ended them) where
+    /// that costs no more round trips: on SQLite, for a group that
+    /// [finishes at once](Store::finishes_at_once), the whole of it is one round trip.
+    /// Elsewhere it only records, and claims nothing: a claim of its own after the record
+    /// would hold up the next group's record behind it, where the engine's loop claims
+    /// meanwhile (measured on PostgreSQL: a third fewer deliveries per second).
+    async fn finish_and_claim(
+        &self,
+        batch: &[FinishedAttempt],
+        rule: &AutoDisable,
+        now: UnixMs,
+        next: &ClaimNext,
+    ) -> Result<(Vec<FinishEffects>, Claimed)>;
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
     /// The destination a claimed delivery goes to.
@@ -440,6 +454,22 @@ where
         }
         tx.commit().await?;
         Ok(effects)
+    }
+
+    async fn finish_and_claim(
+        &self,
+        batch: &[FinishedAttempt],
+        rule: &AutoDisable,
+        now: UnixMs,
+        next: &ClaimNext,
+    ) -> Result<(Vec<FinishEffects>, Claimed)> {
+        let at_once = batch.len() <= FINISH_CHUNK && batch.iter().all(Self::finishes_at_once);
+        if D::FINISHES_AND_CLAIMS_AT_ONCE && at_once && !next.destinations.is_empty() {
+            let writer = self.writes.writer(Durability::Engine).await?;
+            return D::finish_and_claim(writer, batch, now, next).await;
+        }
+        let effects = self.finish_attempts(batch, rule, now).await?;
+        Ok((effects, Claimed::default()))
     }
 
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {
@@ -736,7 +766,7 @@ where
     /// Whether [`Self::finish_in`] records `f` in one round trip (a batch of statements on
     /// SQLite, one statement on PostgreSQL): an attempt that neither dead-letters nor was
     /// lost in a crash (so nothing but the delivery's own update decides what follows).
-    fn finishes_at_once(f: &FinishedAttempt) -> bool {
+    pub(super) fn finishes_at_once(f: &FinishedAttempt) -> bool {
         !matches!(
             f.next,
             NextStep::DeadLetter | NextStep::Lost { crashed: true, .. }
@@ -753,7 +783,7 @@ where
     /// does (it prepares the string statement after statement, every `$N` naming the same
     /// argument in each); sqlx calls that behaviour deprecated (launchbadge/sqlx#3108), so
     /// an upgrade of sqlx must keep the finish and rate-limit tests on SQLite green.
-    fn finish_batch() -> String {
+    pub(super) fn finish_batch() -> String {
         let mut batch = format!(
             "{}; INSERT INTO attempts ({ATTEMPT_COLUMNS}) \
              SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25 \
@@ -927,7 +957,7 @@ where
     }
 
     /// `sql`, holding [`Self::finish_batches`] for `attempts`, with their arguments bound.
-    fn finish_batches_query<'q>(
+    pub(super) fn finish_batches_query<'q>(
         sql: &'q str,
         attempts: &'q [FinishedAttempt],
         now: UnixMs,
@@ -940,7 +970,7 @@ where
     }
 
     /// `n` [finish batches](Self::finish_batch) in one string, numbered one after another.
-    fn finish_batches(n: usize) -> String {
+    pub(super) fn finish_batches(n: usize) -> String {
         let one = Self::finish_batch();
         (0..n)
             .map(|k| renumbered(&one, k * FINISH_PARAMETERS))
@@ -950,13 +980,18 @@ where
 
     /// The effects of `n` [finish batches](Self::finish_batch) from their results (each
     /// statement's rows, then its end), in order; what follows them is ignored.
-    fn finish_batches_effects(
+    /// How many statements a [finish batch](Self::finish_batch) has.
+    pub(super) fn finish_batch_statements() -> usize {
+        Self::finish_batch().matches(';').count() + 1
+    }
+
+    pub(super) fn finish_batches_effects(
         results: impl IntoIterator<
             Item = sqlx::Either<<D::DB as sqlx::Database>::QueryResult, DbRow<D>>,
         >,
         n: usize,
     ) -> Result<Vec<FinishEffects>> {
-        let statements = Self::finish_batch().matches(';').count() + 1;
+        let statements = Self::finish_batch_statements();
         let mut steps = results.into_iter();
         let mut effects = Vec::with_capacity(n);
         for _ in 0..n {
@@ -1181,11 +1216,11 @@ fn finish_statement() -> String {
 const FINISH_CHUNK: usize = 8;
 
 /// How many parameters [`Store::finish_batch`] takes (`$1` … `$27`).
-const FINISH_PARAMETERS: usize = 27;
+pub(super) const FINISH_PARAMETERS: usize = 27;
 
 /// `sql` with every parameter `$n` renamed `$(n + by)`, so several statements that each
 /// number theirs from `$1` can share one string and one argument list.
-fn renumbered(sql: &str, by: usize) -> String {
+pub(super) fn renumbered(sql: &str, by: usize) -> String {
     let mut out = String::with_capacity(sql.len() + sql.len() / 8);
     let mut rest = sql;
     while let Some(at) = rest.find('$') {

@@ -15,12 +15,16 @@ use sqlx::sqlite::{
 use super::checkpoint::{Checkpointer, BACKSTOP_PAGES};
 use super::destinations::{DestinationRow, DESTINATION};
 use super::queue::{
-    claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, ClaimedRow,
+    claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, renumbered,
+    ClaimedRow, FINISH_PARAMETERS,
 };
 use super::reads::Reads;
 use super::store::{convert_all, Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
-use super::{Backend, ClaimLimits, Claimed, RawPool, Result, StorageError};
+use super::{
+    Backend, ClaimLimits, ClaimNext, Claimed, FinishEffects, FinishedAttempt, RawPool, Result,
+    StorageError,
+};
 use crate::domain::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
@@ -126,16 +130,19 @@ impl Dialect for Sqlite {
         // The slots are dated when the write lock is held, not when it was asked for.
         let now = now.max(crate::clock::now_ms());
         let choice = claim_choice(Self::DUE_INDEX);
-        let sql = claim_batch(
-            &choice,
-            &Params {
-                now: "$1",
-                margin: "$3",
-                window: "$6",
-                plans: ["$7", "$8", "$9"],
-            },
-            "SELECT destination_id FROM deliveries WHERE id IN (SELECT id FROM temp.claim_batch \
-             WHERE allowed IS NULL OR n <= allowed)",
+        let sql = format!(
+            "BEGIN IMMEDIATE; {}",
+            claim_batch(
+                &choice,
+                &Params {
+                    now: "$1",
+                    margin: "$3",
+                    window: "$6",
+                    plans: ["$7", "$8", "$9"],
+                },
+                "SELECT destination_id FROM deliveries WHERE id IN (SELECT id FROM temp.claim_batch \
+                 WHERE allowed IS NULL OR n <= allowed)",
+            )
         );
         let query = sqlx::query(&sql)
             .bind(now)
@@ -146,7 +153,7 @@ impl Dialect for Sqlite {
         let results = writer
             .run_transaction_batch(bind_plans(query, limits))
             .await?;
-        claimed_by_batch(&results)
+        claimed_by_batch(&results, 0)
     }
 
     /// One statement's choice for all the destinations, like PostgreSQL's: each one's
@@ -163,65 +170,121 @@ impl Dialect for Sqlite {
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
         let now = now.max(crate::clock::now_ms());
-        let choice = format!(
-            "WITH targets AS ( \
-               SELECT t.value AS destination_id, t.key AS ord, \
-                 COALESCE(dst.ordering = 'fifo', FALSE) AS fifo, \
-                 (SELECT COUNT(*) FROM deliveries b \
-                  WHERE b.destination_id = t.value AND b.status = 'sending') AS busy \
-               FROM json_each($1) AS t LEFT JOIN destinations dst ON dst.id = t.value \
-             ), due AS ( \
-               SELECT x.id, x.destination_id, x.status, x.next_attempt_at, targets.ord, targets.busy \
-               FROM targets JOIN deliveries x ON x.id IN ( \
-                 SELECT id FROM deliveries \
-                 WHERE destination_id = targets.destination_id AND NOT targets.fifo \
-                   AND status IN ('pending', 'retrying') AND paused = FALSE \
-                   AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
-                 ORDER BY next_attempt_at, id LIMIT $4) \
-               UNION ALL \
-               SELECT h.id, h.destination_id, h.status, h.next_attempt_at, targets.ord, targets.busy \
-               FROM targets JOIN deliveries h ON h.id = ({head}) \
-               WHERE targets.fifo AND targets.busy = 0 AND $4 >= 1 \
-                 AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
-             ), fits AS ( \
-               SELECT * FROM ( \
-                 SELECT id, status, next_attempt_at, ord, \
-                   ROW_NUMBER() OVER (PARTITION BY destination_id ORDER BY next_attempt_at, id) \
-                     + busy AS slot \
-                 FROM due) \
-               WHERE slot <= $4 \
-             ){choice}",
-            head = fifo_head("targets.destination_id"),
-            choice = claim_for_choice("fits"),
+        let sql = format!("BEGIN IMMEDIATE; {}", claim_for_batch());
+        let next = ClaimNext {
+            destinations: destinations.to_vec(),
+            limit,
+            lease_margin_ms,
+            limits: *limits,
+        };
+        let query = bind_claim_for(sqlx::query(&sql), &next, now)?;
+        let results = writer.run_transaction_batch(query).await?;
+        claimed_by_batch(&results, 0)
+    }
+
+    const FINISHES_AND_CLAIMS_AT_ONCE: bool = true;
+
+    /// The group's [finish batches](Store::finish_batch) and [`Dialect::claim_for`]'s batch
+    /// in one string, one transaction: the claim sees the slots the attempts freed. The
+    /// claim's parameters are numbered after the attempts' ([`renumbered`]).
+    async fn finish_and_claim(
+        writer: Writer<'_, sqlx::Sqlite>,
+        batch: &[FinishedAttempt],
+        now: UnixMs,
+        next: &ClaimNext,
+    ) -> Result<(Vec<FinishEffects>, Claimed)> {
+        // The slots are dated when the write lock is held, not when it was asked for.
+        let now = now.max(crate::clock::now_ms());
+        let n = batch.len();
+        let sql = format!(
+            "BEGIN IMMEDIATE; {}; {}",
+            Store::<Sqlite>::finish_batches(n),
+            renumbered(&claim_for_batch(), n * FINISH_PARAMETERS)
         );
-        let sql = claim_batch(
-            &choice,
-            &Params {
-                now: "$2",
-                margin: "$7",
-                window: "$8",
-                plans: ["$9", "$10", "$11"],
-            },
-            "SELECT value FROM json_each($1)",
-        );
-        let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
-        let query = sqlx::query(&sql)
-            .bind(serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?)
-            .bind(now)
-            .bind(limits.retries > 0)
-            .bind(limits.per_destination)
-            .bind(limits.retries)
-            .bind(limit)
-            .bind(lease_margin_ms);
+        let query = Store::<Sqlite>::finish_batches_query(&sql, batch, now);
         let results = writer
-            .run_transaction_batch(bind_plans(query, limits))
+            .run_transaction_batch(bind_claim_for(query, next, now)?)
             .await?;
-        claimed_by_batch(&results)
+        // BEGIN, then each attempt's statements, then the claim's.
+        let claimed = claimed_by_batch(&results, n * Store::<Sqlite>::finish_batch_statements())?;
+        let effects = Store::<Sqlite>::finish_batches_effects(results.into_iter().skip(1), n)?;
+        Ok((effects, claimed))
     }
 
     fn raw_pool(pool: &SqlitePool) -> RawPool {
         RawPool::Sqlite(pool.clone())
     }
+}
+
+/// [`Dialect::claim_for`]'s batch after its `BEGIN IMMEDIATE`: one statement's choice
+/// for all the destinations, like PostgreSQL's: each one's earliest due deliveries (a
+/// correlated `IN (… LIMIT` the cap`)`, SQLite having no `LATERAL`), cut to its free
+/// slots by rank; a FIFO one's head when it has nothing in flight; then, as
+/// [`Dialect::claim`], the whole claim as one batch of statements (a loop of three
+/// statements per destination once cost more than the claim itself). Its parameters:
+/// [`bind_claim_for`].
+fn claim_for_batch() -> String {
+    let choice = format!(
+        "WITH targets AS ( \
+           SELECT t.value AS destination_id, t.key AS ord, \
+             COALESCE(dst.ordering = 'fifo', FALSE) AS fifo, \
+             (SELECT COUNT(*) FROM deliveries b \
+              WHERE b.destination_id = t.value AND b.status = 'sending') AS busy \
+           FROM json_each($1) AS t LEFT JOIN destinations dst ON dst.id = t.value \
+         ), due AS ( \
+           SELECT x.id, x.destination_id, x.status, x.next_attempt_at, targets.ord, targets.busy \
+           FROM targets JOIN deliveries x ON x.id IN ( \
+             SELECT id FROM deliveries \
+             WHERE destination_id = targets.destination_id AND NOT targets.fifo \
+               AND status IN ('pending', 'retrying') AND paused = FALSE \
+               AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
+             ORDER BY next_attempt_at, id LIMIT $4) \
+           UNION ALL \
+           SELECT h.id, h.destination_id, h.status, h.next_attempt_at, targets.ord, targets.busy \
+           FROM targets JOIN deliveries h ON h.id = ({head}) \
+           WHERE targets.fifo AND targets.busy = 0 AND $4 >= 1 \
+             AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
+         ), fits AS ( \
+           SELECT * FROM ( \
+             SELECT id, status, next_attempt_at, ord, \
+               ROW_NUMBER() OVER (PARTITION BY destination_id ORDER BY next_attempt_at, id) \
+                 + busy AS slot \
+             FROM due) \
+           WHERE slot <= $4 \
+         ){choice}",
+        head = fifo_head("targets.destination_id"),
+        choice = claim_for_choice("fits"),
+    );
+    claim_batch(
+        &choice,
+        &Params {
+            now: "$2",
+            margin: "$7",
+            window: "$8",
+            plans: ["$9", "$10", "$11"],
+        },
+        "SELECT value FROM json_each($1)",
+    )
+}
+
+/// Binds [`claim_for_batch`]'s parameters for `next` at `now` after `query`'s.
+fn bind_claim_for<'q>(
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+    next: &ClaimNext,
+    now: UnixMs,
+) -> Result<sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>> {
+    let ids: Vec<String> = next.destinations.iter().map(|d| d.to_string()).collect();
+    let ids = serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?;
+    let limits = &next.limits;
+    let query = query
+        .bind(ids)
+        .bind(now)
+        .bind(limits.retries > 0)
+        .bind(limits.per_destination)
+        .bind(limits.retries)
+        .bind(next.limit)
+        .bind(next.lease_margin_ms);
+    Ok(bind_plans(query, limits))
 }
 
 /// Where [`claim_batch`]'s statements find their values: the parameters' names.
@@ -233,7 +296,7 @@ struct Params {
     plans: [&'static str; 3],
 }
 
-/// A whole claim in one string, its transaction included (SQLite): the deliveries
+/// A whole claim in one string, after its transaction's `BEGIN` (SQLite): the deliveries
 /// `choice` (CTEs ending in `chosen`, the IDs) picks, kept in a temporary table with their
 /// rank in their space; the plan limit (docs D4) taken for them as `take_slots_in` takes
 /// it, in the claim's own order per space; what fits moved to `sending` (returned with
@@ -263,8 +326,7 @@ fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
            WHERE r.key = 'plan:' || deliveries.space_id), {now}) + {window} - {now}))"
     );
     format!(
-        "BEGIN IMMEDIATE; \
-         CREATE TEMP TABLE IF NOT EXISTS claim_batch \
+        "CREATE TEMP TABLE IF NOT EXISTS claim_batch \
            (id TEXT PRIMARY KEY, space_id TEXT NOT NULL, n INTEGER NOT NULL, allowed INTEGER); \
          {choice} INSERT INTO temp.claim_batch (id, space_id, n) \
            SELECT c.id, d.space_id, \
@@ -310,15 +372,17 @@ fn bind_plans<'q>(
     })
 }
 
-/// What a [`claim_batch`] answered: its statements' results, in order.
+/// What a [`claim_batch`] answered: its statements' results, in order, after `before`
+/// statements of others and the transaction's `BEGIN`.
 fn claimed_by_batch(
     results: &[sqlx::Either<sqlx::sqlite::SqliteQueryResult, sqlx::sqlite::SqliteRow>],
+    before: usize,
 ) -> Result<Claimed> {
     // BEGIN, CREATE, the choice, the plan's key, its old slots, what is allowed, the
     // slots, then: the claim (7), the deferral, the count held back (9), the destinations (10).
-    let rows: Vec<ClaimedRow> = rows_of(results, 7)?;
-    let held: Vec<(i64,)> = rows_of(results, 9)?;
-    let destinations: Vec<DestinationRow> = rows_of(results, 10)?;
+    let rows: Vec<ClaimedRow> = rows_of(results, before + 7)?;
+    let held: Vec<(i64,)> = rows_of(results, before + 9)?;
+    let destinations: Vec<DestinationRow> = rows_of(results, before + 10)?;
     Ok(claimed_all(
         claimed_from(rows)?,
         convert_all(destinations)?,

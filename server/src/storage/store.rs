@@ -83,6 +83,27 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
         limits: &ClaimLimits,
     ) -> impl Future<Output = Result<super::Claimed>> + Send;
 
+    /// Whether [`Dialect::finish_and_claim`] is there: a group of finished attempts and a
+    /// claim in one transaction, one round trip (SQLite).
+    const FINISHES_AND_CLAIMS_AT_ONCE: bool = false;
+
+    /// [`super::DispatchQueue::finish_and_claim`] on `writer` for attempts that all
+    /// [finish at once](Store::finishes_at_once), in one transaction; only where
+    /// [`Dialect::FINISHES_AND_CLAIMS_AT_ONCE`].
+    fn finish_and_claim(
+        writer: Writer<'_, Self::DB>,
+        batch: &[super::FinishedAttempt],
+        now: UnixMs,
+        next: &super::ClaimNext,
+    ) -> impl Future<Output = Result<(Vec<super::FinishEffects>, super::Claimed)>> + Send {
+        let _ = (writer, batch, now, next);
+        async {
+            Err(StorageError::Internal(
+                "this backend finishes and claims in two transactions".into(),
+            ))
+        }
+    }
+
     /// The pool, typed by backend (the console's session store, tests, the benchmark).
     fn raw_pool(pool: &Pool<Self::DB>) -> RawPool;
 }
