@@ -568,8 +568,9 @@ where
             .execute(&mut **tx)
             .await?;
         // What is left of the window is taken by the INSERT itself: each numbered row goes
-        // in while the key's count leaves room for it (the count sees the rows of the
-        // chunks before), so the common case is one statement, not a count and an insert.
+        // in while the key's count leaves room for it (`rate_keys.taken`, kept by the
+        // database's triggers: it counts the rows of the chunks before), so the common
+        // case is one statement, not a count and an insert.
         let mut granted = 0;
         for chunk in 0..(wanted + RATE_ROWS_PER_INSERT - 1) / RATE_ROWS_PER_INSERT {
             let rows = (wanted - chunk * RATE_ROWS_PER_INSERT).min(RATE_ROWS_PER_INSERT);
@@ -584,7 +585,7 @@ where
                 .push(numbers.join(", "))
                 .push(") AS v WHERE v.column1 <= ")
                 .push_bind(limit)
-                .push(" - (SELECT COUNT(*) FROM rate_events WHERE key = ")
+                .push(" - (SELECT taken FROM rate_keys WHERE key = ")
                 .push_bind(key)
                 .push(")");
             let (sql, args) = insert.into_parts()?;
@@ -636,7 +637,7 @@ where
              ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at; \
              DELETE FROM rate_events WHERE key = $1 AND at <= $3; \
              INSERT INTO rate_events (key, at) SELECT $1, $2 FROM (VALUES {}) AS v \
-             WHERE v.column1 <= $4 - (SELECT COUNT(*) FROM rate_events WHERE key = $1)",
+             WHERE v.column1 <= $4 - (SELECT taken FROM rate_keys WHERE key = $1)",
             numbers.join(", ")
         );
         let query = sqlx::query(&batch)

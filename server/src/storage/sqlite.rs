@@ -339,7 +339,7 @@ fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
            AND at <= {now} - {window}; \
          UPDATE temp.claim_batch SET allowed = \
            (SELECT CASE s.plan {limit} END FROM spaces s WHERE s.id = claim_batch.space_id) \
-           - (SELECT COUNT(*) FROM rate_events r WHERE r.key = 'plan:' || claim_batch.space_id); \
+           - (SELECT taken FROM rate_keys k WHERE k.key = 'plan:' || claim_batch.space_id); \
          INSERT INTO rate_events (key, at) \
            SELECT {key}, {now} FROM temp.claim_batch WHERE n <= allowed; \
          {claimed}; \

@@ -590,3 +590,66 @@ async fn deleting_a_destination_that_meets_a_deadlock_is_tried_again() {
             .unwrap();
     assert_eq!(left, 0);
 }
+
+/// The key's row of `rate_keys`, and its `taken` against the rows of `rate_events`.
+async fn taken_and_counted(db: &server::testkit::TestDb, key: &str) -> (Option<i64>, i64) {
+    use server::storage::RawPool;
+    let taken = "SELECT taken FROM rate_keys WHERE key = $1";
+    let counted = "SELECT COUNT(*) FROM rate_events WHERE key = $1";
+    match db.storage.raw_pool() {
+        RawPool::Sqlite(p) => (
+            sqlx::query_scalar(taken)
+                .bind(key)
+                .fetch_optional(&p)
+                .await
+                .unwrap(),
+            sqlx::query_scalar(counted)
+                .bind(key)
+                .fetch_one(&p)
+                .await
+                .unwrap(),
+        ),
+        RawPool::Postgres(p) => (
+            sqlx::query_scalar(taken)
+                .bind(key)
+                .fetch_optional(&p)
+                .await
+                .unwrap(),
+            sqlx::query_scalar(counted)
+                .bind(key)
+                .fetch_one(&p)
+                .await
+                .unwrap(),
+        ),
+    }
+}
+
+on_both_backends! {
+    /// A rate key's `taken`, which slots are counted by, stays the number of its slots
+    /// through everything that writes them: slots taken (one statement, or chunked past
+    /// 500), the window's old ones dropped, the retention task's clean-up.
+    async fn a_rate_keys_taken_count_is_always_its_slots(db) {
+        let store = db.storage.as_ref();
+        let key = "dst:counted";
+        // Ahead of the clock: a slot is dated no earlier than when its lock is granted.
+        let at = server::clock::now_ms() + 3_600_000;
+        assert_eq!(store.take_rate_slots(key, 3, 5, 1_000, at).await.unwrap(), (3, 0));
+        assert_eq!(taken_and_counted(&db, key).await, (Some(3), 3));
+        // Two of the four fit; the oldest frees 1,000 ms after it was taken.
+        let (granted, wait) = store.take_rate_slots(key, 4, 5, 1_000, at + 10).await.unwrap();
+        assert_eq!(granted, 2);
+        assert!(wait > 0 && wait <= 1_000, "{wait}");
+        assert_eq!(taken_and_counted(&db, key).await, (Some(5), 5));
+        // The window has moved on: the five old slots go, 600 new ones come (in chunks).
+        let later = at + 5_000;
+        assert_eq!(store.take_rate_slots(key, 600, 1_000, 1_000, later).await.unwrap(), (600, 0));
+        assert_eq!(taken_and_counted(&db, key).await, (Some(600), 600));
+        assert_eq!(store.take_rate_slots(key, 500, 1_000, 1_000, later + 1).await.unwrap().0, 400);
+        assert_eq!(taken_and_counted(&db, key).await, (Some(1_000), 1_000));
+        // Idle long enough: the retention task deletes the key and its slots together.
+        store.purge_rate_rows(later + 60_000, None, 100).await.unwrap();
+        assert_eq!(taken_and_counted(&db, key).await, (None, 0));
+        assert_eq!(store.take_rate_slot(key, 1, 1_000, later + 60_000).await.unwrap(), server::storage::Slot::Granted);
+        assert_eq!(taken_and_counted(&db, key).await, (Some(1), 1));
+    }
+}
