@@ -50,11 +50,33 @@ impl<DB: Database> Clone for Reads<DB> {
 /// Connections taken out of a pool and kept: the idle ones (most recently used last),
 /// and a permit for each connection that may be out at once.
 pub struct Kept<DB: Database> {
-    idle: Mutex<Vec<(DB::Connection, Instant)>>,
+    idle: Mutex<Vec<(DB::Connection, Stamps)>>,
     permits: Semaphore,
+    /// A connection older than this is closed when it comes back (the pool's
+    /// `max_lifetime`, which a connection taken out of the pool no longer sees).
+    max_lifetime: Option<Duration>,
     /// An idle connection older than this is pinged before it is lent (`None`: never,
     /// a local file cannot go away).
     check_after: Option<Duration>,
+}
+
+/// When a kept connection was opened, last given back, and last told to plan afresh.
+#[derive(Debug, Clone, Copy)]
+pub struct Stamps {
+    opened: Instant,
+    idle_since: Instant,
+    replanned: Instant,
+}
+
+impl Stamps {
+    fn new() -> Self {
+        let now = Instant::now();
+        Self {
+            opened: now,
+            idle_since: now,
+            replanned: now,
+        }
+    }
 }
 
 impl<DB: Database> std::fmt::Debug for Kept<DB> {
@@ -72,6 +94,7 @@ impl<DB: Database> Reads<DB> {
         let kept = Arc::new(Kept {
             idle: Mutex::new(Vec::new()),
             permits: Semaphore::new(pool.options().get_max_connections() as usize),
+            max_lifetime: pool.options().get_max_lifetime(),
             check_after,
         });
         Self { pool, kept }
@@ -126,22 +149,24 @@ impl<DB: Database> Kept<DB> {
             .map_err(|_| Error::PoolClosed)?;
         loop {
             let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-            let conn = match idle {
-                Some((mut conn, since)) => {
+            let (conn, stamps) = match idle {
+                Some((mut conn, stamps)) => {
+                    let since = stamps.idle_since;
                     let stale = self
                         .check_after
                         .is_some_and(|after| since.elapsed() >= after);
                     if stale && conn.ping().await.is_err() {
                         continue;
                     }
-                    conn
+                    (conn, stamps)
                 }
-                None => pool.acquire().await?.detach(),
+                None => (pool.acquire().await?.detach(), Stamps::new()),
             };
             return Ok(Lent {
                 kept: self,
                 _permit: permit,
                 conn: Some(conn),
+                stamps,
             });
         }
     }
@@ -152,6 +177,7 @@ pub struct Lent<'k, DB: Database> {
     kept: &'k Kept<DB>,
     _permit: SemaphorePermit<'k>,
     conn: Option<DB::Connection>,
+    stamps: Stamps,
 }
 
 impl<DB: Database> Lent<'_, DB> {
@@ -161,15 +187,36 @@ impl<DB: Database> Lent<'_, DB> {
             .expect("a lent connection is there until given back")
     }
 
-    /// Puts the connection back among the idle ones (its statements ran to the end).
-    pub fn give_back(mut self) {
-        if let Some(conn) = self.conn.take() {
-            self.kept
-                .idle
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((conn, Instant::now()));
+    /// Whether the connection's cached query plans were made more than `age` ago; if so,
+    /// they count as made now (the caller has them dropped: `DISCARD PLANS`).
+    pub fn plans_older_than(&mut self, age: Duration) -> bool {
+        let old = self.stamps.replanned.elapsed() >= age;
+        if old {
+            self.stamps.replanned = Instant::now();
         }
+        old
+    }
+
+    /// Puts the connection back among the idle ones (its statements ran to the end), or
+    /// closes it past its lifetime.
+    pub fn give_back(mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if self
+            .kept
+            .max_lifetime
+            .is_some_and(|max| self.stamps.opened.elapsed() >= max)
+        {
+            return;
+        }
+        let stamps = Stamps {
+            idle_since: Instant::now(),
+            ..self.stamps
+        };
+        self.kept
+            .idle
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((conn, stamps));
     }
 }
 
@@ -305,6 +352,35 @@ mod tests {
             Err(Error::PoolClosed)
         ));
         assert_eq!(reads.kept_connections(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_kept_connection_past_the_pools_lifetime_is_closed_when_it_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("l.db"))
+            .create_if_missing(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(2)
+            .max_lifetime(std::time::Duration::from_millis(200))
+            .connect_with(options)
+            .await
+            .unwrap();
+        let reads = Reads::new(pool, None);
+        sqlx::query("SELECT 1").execute(&reads).await.unwrap();
+        assert_eq!(reads.kept_connections(), (1, 1));
+        // Lent again, its plans are as old as the connection, then counted as new.
+        let kept = reads.kept();
+        let mut lent = kept.take(reads.pool()).await.unwrap();
+        assert!(!lent.plans_older_than(std::time::Duration::from_secs(60)));
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        assert!(lent.plans_older_than(std::time::Duration::from_millis(200)));
+        assert!(!lent.plans_older_than(std::time::Duration::from_millis(200)));
+        // Past the pool's `max_lifetime`: closed on its way back, and a fresh one opened.
+        lent.give_back();
+        assert_eq!(reads.kept_connections(), (0, 0));
+        sqlx::query("SELECT 1").execute(&reads).await.unwrap();
+        assert_eq!(reads.kept_connections(), (1, 1));
     }
 
     #[tokio::test]

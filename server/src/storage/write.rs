@@ -293,6 +293,15 @@ impl<'g, DB: Database> Writer<'g, DB> {
         self.held.conn()
     }
 
+    /// Whether this writer's connection planned its cached statements more than `age` ago
+    /// (counted from now on as planned afresh); only kept PostgreSQL connections say so.
+    pub fn plans_older_than(&mut self, age: Duration) -> bool {
+        match &mut self.held {
+            Held::Lent(lent) => lent.plans_older_than(age),
+            _ => false,
+        }
+    }
+
     /// What a batch that opens this writer's transaction starts with ([`Writer::begin_with`]):
     /// on SQLite, `BEGIN IMMEDIATE; `, the transaction's first statements then travel with
     /// it; on PostgreSQL nothing (sqlx cannot send several statements with parameters in
