@@ -10,8 +10,10 @@ use super::write::{WriteTx, Writer, Writes};
 use super::{Backend, ClaimLimits, Claimed, RawPool, Result, StorageError};
 use crate::domain::*;
 
-/// How often a connection plans its claims afresh ([`Postgres::begin_claim`]).
-const REPLAN_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// When a connection plans its claims afresh ([`Postgres::begin_claim`]): a second after
+/// it opened, then twice as long after each time, up to once a minute.
+const REPLAN_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const REPLAN_MOST: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The advisory lock that serializes claims across instances.
 const CLAIM_LOCK: i64 = 0x5046_4c4f_5700_0001;
@@ -111,12 +113,14 @@ impl Postgres {
     /// database, before autovacuum's first `ANALYZE`), the choice of each destination's
     /// earliest deliveries could read its whole backlog and sort it (measured: 40 % of a
     /// benchmark's claims, ~0.9 ms each, growing with the backlog). So a connection drops
-    /// its plans every [`REPLAN_EVERY`] and plans against the table as it is now: one
-    /// planning a second, in the same round trip.
+    /// its plans now and then ([`REPLAN_FIRST`], doubling up to [`REPLAN_MOST`]: a new
+    /// table grows fastest) and plans against the table as it is now, in the same round
+    /// trip. Not once a second for good: `DISCARD PLANS` has every statement of the
+    /// connection planned again, not only the claim's.
     async fn begin_claim<'w>(
         writer: &'w mut Writer<'_, sqlx::Postgres>,
     ) -> Result<WriteTx<'w, sqlx::Postgres>> {
-        let replan = if writer.plans_older_than(REPLAN_EVERY) {
+        let replan = if writer.replan_due(REPLAN_FIRST, REPLAN_MOST) {
             "DISCARD PLANS; "
         } else {
             ""

@@ -60,12 +60,15 @@ pub struct Kept<DB: Database> {
     check_after: Option<Duration>,
 }
 
-/// When a kept connection was opened, last given back, and last told to plan afresh.
+/// When a kept connection was opened, last given back, and last told to plan afresh, and
+/// how long until it plans afresh again.
 #[derive(Debug, Clone, Copy)]
 pub struct Stamps {
     opened: Instant,
     idle_since: Instant,
     replanned: Instant,
+    /// `None` until the first time asked ([`Lent::replan_due`]).
+    replan_after: Option<Duration>,
 }
 
 impl Stamps {
@@ -75,6 +78,7 @@ impl Stamps {
             opened: now,
             idle_since: now,
             replanned: now,
+            replan_after: None,
         }
     }
 }
@@ -187,14 +191,20 @@ impl<DB: Database> Lent<'_, DB> {
             .expect("a lent connection is there until given back")
     }
 
-    /// Whether the connection's cached query plans were made more than `age` ago; if so,
-    /// they count as made now (the caller has them dropped: `DISCARD PLANS`).
-    pub fn plans_older_than(&mut self, age: Duration) -> bool {
-        let old = self.stamps.replanned.elapsed() >= age;
-        if old {
+    /// Whether it is time for this connection to plan its statements afresh (the caller
+    /// drops its cached plans: `DISCARD PLANS`): `first` after it opened, then after twice
+    /// as long each time, up to every `most`. A table grows fastest when it is new; a plan
+    /// made then stops fitting soonest.
+    pub fn replan_due(&mut self, first: Duration, most: Duration) -> bool {
+        let after = self.stamps.replan_after.unwrap_or(first);
+        let due = self.stamps.replanned.elapsed() >= after;
+        if due {
             self.stamps.replanned = Instant::now();
+            self.stamps.replan_after = Some((after * 2).min(most));
+        } else {
+            self.stamps.replan_after = Some(after);
         }
-        old
+        due
     }
 
     /// Puts the connection back among the idle ones (its statements ran to the end), or
@@ -362,21 +372,30 @@ mod tests {
             .create_if_missing(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(2)
-            .max_lifetime(std::time::Duration::from_millis(200))
+            .max_lifetime(Duration::from_millis(400))
             .connect_with(options)
             .await
             .unwrap();
         let reads = Reads::new(pool, None);
         sqlx::query("SELECT 1").execute(&reads).await.unwrap();
         assert_eq!(reads.kept_connections(), (1, 1));
-        // Lent again, its plans are as old as the connection, then counted as new.
+        // Lent again: its plans are as old as the connection; planned afresh after 100 ms,
+        // then not before 200 ms more (and never more than a minute apart).
         let kept = reads.kept();
         let mut lent = kept.take(reads.pool()).await.unwrap();
-        assert!(!lent.plans_older_than(std::time::Duration::from_secs(60)));
-        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
-        assert!(lent.plans_older_than(std::time::Duration::from_millis(200)));
-        assert!(!lent.plans_older_than(std::time::Duration::from_millis(200)));
+        let (first, most) = (Duration::from_millis(100), Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert!(lent.replan_due(first, most));
+        assert!(!lent.replan_due(first, most));
+        tokio::time::sleep(Duration::from_millis(130)).await;
+        assert!(
+            !lent.replan_due(first, most),
+            "the next is 200 ms after the first"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(lent.replan_due(first, most));
         // Past the pool's `max_lifetime`: closed on its way back, and a fresh one opened.
+        tokio::time::sleep(Duration::from_millis(60)).await;
         lent.give_back();
         assert_eq!(reads.kept_connections(), (0, 0));
         sqlx::query("SELECT 1").execute(&reads).await.unwrap();

@@ -293,11 +293,11 @@ impl<'g, DB: Database> Writer<'g, DB> {
         self.held.conn()
     }
 
-    /// Whether this writer's connection planned its cached statements more than `age` ago
-    /// (counted from now on as planned afresh); only kept PostgreSQL connections say so.
-    pub fn plans_older_than(&mut self, age: Duration) -> bool {
+    /// Whether it is time for this writer's connection to plan its statements afresh
+    /// ([`super::reads::Lent::replan_due`]); only kept PostgreSQL connections say so.
+    pub fn replan_due(&mut self, first: Duration, most: Duration) -> bool {
         match &mut self.held {
-            Held::Lent(lent) => lent.plans_older_than(age),
+            Held::Lent(lent) => lent.replan_due(first, most),
             _ => false,
         }
     }
