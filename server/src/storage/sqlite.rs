@@ -16,7 +16,7 @@ use super::checkpoint::{Checkpointer, BACKSTOP_PAGES};
 use super::destinations::{DestinationRow, DESTINATION};
 use super::queue::{
     claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, renumbered,
-    ClaimedRow, FINISH_PARAMETERS,
+    ClaimedRow, FINISH_CHUNK, FINISH_PARAMETERS,
 };
 use super::reads::Reads;
 use super::store::{convert_all, Dialect, Store};
@@ -185,29 +185,60 @@ impl Dialect for Sqlite {
     const FINISHES_AND_CLAIMS_AT_ONCE: bool = true;
 
     /// The group's [finish batches](Store::finish_batch) and [`Dialect::claim_for`]'s batch
-    /// in one string, one transaction: the claim sees the slots the attempts freed. The
-    /// claim's parameters are numbered after the attempts' ([`renumbered`]).
+    /// in one transaction, the claim after the attempts (it sees the slots they freed),
+    /// its parameters numbered after theirs ([`renumbered`]). Up to [`FINISH_CHUNK`]
+    /// attempts, the whole transaction is one string, one round trip; a larger group
+    /// writes its first attempts [`FINISH_CHUNK`] a round trip, as
+    /// [`Store::finish_all_at_once`] does, and its last ones with the claim.
     async fn finish_and_claim(
-        writer: Writer<'_, sqlx::Sqlite>,
+        mut writer: Writer<'_, sqlx::Sqlite>,
         batch: &[FinishedAttempt],
         now: UnixMs,
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)> {
+        use futures_util::TryStreamExt as _;
         // The slots are dated when the write lock is held, not when it was asked for.
         let now = now.max(crate::clock::now_ms());
-        let n = batch.len();
-        let sql = format!(
-            "BEGIN IMMEDIATE; {}; {}",
-            Store::<Sqlite>::finish_batches(n),
-            renumbered(&claim_for_batch(), n * FINISH_PARAMETERS)
+        let statements = Store::<Sqlite>::finish_batch_statements();
+        let (before, last) = batch.split_at(batch.len().saturating_sub(FINISH_CHUNK));
+        let m = last.len();
+        let finish_and_claim = format!(
+            "{}; {}",
+            Store::<Sqlite>::finish_batches(m),
+            renumbered(&claim_for_batch(), m * FINISH_PARAMETERS)
         );
-        let query = Store::<Sqlite>::finish_batches_query(&sql, batch, now);
-        let results = writer
-            .run_transaction_batch(bind_claim_for(query, next, now)?)
+        if before.is_empty() {
+            let sql = format!("BEGIN IMMEDIATE; {finish_and_claim}");
+            let query = Store::<Sqlite>::finish_batches_query(&sql, last, now);
+            let results = writer
+                .run_transaction_batch(bind_claim_for(query, next, now)?)
+                .await?;
+            // BEGIN, then each attempt's statements, then the claim's.
+            let claimed = claimed_by_batch(&results, m * statements)?;
+            let effects = Store::<Sqlite>::finish_batches_effects(results.into_iter().skip(1), m)?;
+            return Ok((effects, claimed));
+        }
+        let mut effects = Vec::with_capacity(batch.len());
+        let mut tx = writer.begin().await?;
+        for chunk in before.chunks(FINISH_CHUNK) {
+            let sql = Store::<Sqlite>::finish_batches(chunk.len());
+            let results: Vec<_> = sqlx::Executor::fetch_many(
+                &mut *tx,
+                Store::<Sqlite>::finish_batches_query(&sql, chunk, now),
+            )
+            .try_collect()
             .await?;
-        // BEGIN, then each attempt's statements, then the claim's.
-        let claimed = claimed_by_batch(&results, n * Store::<Sqlite>::finish_batch_statements())?;
-        let effects = Store::<Sqlite>::finish_batches_effects(results.into_iter().skip(1), n)?;
+            effects.extend(Store::<Sqlite>::finish_batches_effects(
+                results,
+                chunk.len(),
+            )?);
+        }
+        // The claim's batch ends with the `COMMIT`.
+        let query = Store::<Sqlite>::finish_batches_query(&finish_and_claim, last, now);
+        let results = tx.commit_with(bind_claim_for(query, next, now)?).await?;
+        // Each attempt's statements, then the claim's (no `BEGIN` in this string).
+        let claimed = claimed_by_batch(&results, m * statements - 1)?;
+        effects.extend(Store::<Sqlite>::finish_batches_effects(results, m)?);
         Ok((effects, claimed))
     }
 

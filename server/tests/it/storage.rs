@@ -653,3 +653,91 @@ on_both_backends! {
         assert_eq!(taken_and_counted(&db, key).await, (Some(1), 1));
     }
 }
+
+/// `attempts` as their workers record them: answered 200.
+fn succeeded(deliveries: &[Delivery]) -> Vec<server::storage::FinishedAttempt> {
+    let now = server::clock::now_ms();
+    deliveries
+        .iter()
+        .map(|d| server::storage::FinishedAttempt {
+            attempt: Attempt {
+                id: AttemptId::new(),
+                delivery_id: d.id,
+                space_id: d.space_id,
+                attempt_number: 1,
+                started_at: now,
+                duration_ms: 1,
+                request_url: "https://example.com/hook".into(),
+                request_headers: json!({}),
+                request_body: "{}".into(),
+                response_status: Some(200),
+                response_headers: Some(json!({})),
+                response_body: Some(String::new()),
+                error_class: None,
+                error_message: None,
+            },
+            destination_id: d.destination_id,
+            next: server::storage::NextStep::Succeeded,
+            only_if_lease_expired_before: None,
+        })
+        .collect()
+}
+
+on_both_backends! {
+    /// A group of finished attempts and the claim of the slots they free, in one
+    /// transaction on SQLite (eight attempts a string, the claim with the last ones): every
+    /// attempt is recorded, and each destination's freed slots are filled from its own
+    /// waiting deliveries, never past its cap. PostgreSQL records and claims nothing.
+    async fn finished_attempts_claim_the_slots_they_free(db) {
+        use server::storage::{ClaimLimits, ClaimNext};
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let dsts: Vec<Destination> = (0..3).map(|_| destination(s.id, None, DestinationStatus::Active)).collect();
+        for d in &dsts {
+            store.create_destination(d, None).await.unwrap();
+        }
+        for _ in 0..10 {
+            store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
+        }
+        let limits = ClaimLimits { per_destination: 4, retries: i64::MAX, plans: None };
+        let now = server::clock::now_ms();
+        let first = store.claim(now, 100, 60_000, &limits).await.unwrap().deliveries;
+        assert_eq!(first.len(), 12, "four to each of three destinations");
+        let rule = AutoDisable { after: i64::MAX, warn_at: Vec::new() };
+        let next = |limit: i64| ClaimNext {
+            destinations: dsts.iter().map(|d| d.id).collect(),
+            limit,
+            lease_margin_ms: 60_000,
+            limits,
+        };
+        let sqlite = db.url.starts_with("sqlite");
+        // Twelve attempts: a string of four, then eight with the claim.
+        let (effects, claimed) = store.finish_and_claim(&succeeded(&first), &rule, now, &next(12)).await.unwrap();
+        assert_eq!(effects.len(), 12);
+        assert!(effects.iter().all(|e| e.applied));
+        let second = claimed.deliveries;
+        if !sqlite {
+            assert!(second.is_empty());
+            return;
+        }
+        assert_eq!(second.len(), 12);
+        for d in &dsts {
+            assert_eq!(second.iter().filter(|x| x.destination_id == d.id).count(), 4);
+            assert!(claimed.destinations.contains_key(&d.id));
+        }
+        assert!(second.iter().all(|x| x.status == DeliveryStatus::Sending && !first.iter().any(|f| f.id == x.id)));
+        assert!(second.iter().all(|x| claimed.events.contains_key(&x.id)));
+        // Three attempts (one string): each destination has two left, one slot freed.
+        let three: Vec<Delivery> = dsts.iter().map(|d| second.iter().find(|x| x.destination_id == d.id).unwrap().clone()).collect();
+        let (effects, claimed) = store.finish_and_claim(&succeeded(&three), &rule, now, &next(3)).await.unwrap();
+        assert_eq!(effects.len(), 3);
+        assert!(effects.iter().all(|e| e.applied && e.more_due == Some(true)));
+        assert_eq!(claimed.deliveries.len(), 3);
+        for d in &dsts {
+            assert_eq!(claimed.deliveries.iter().filter(|x| x.destination_id == d.id).count(), 1);
+        }
+        // At the cap already: a group's claim takes nothing more than the slots freed.
+        let (_, none) = store.finish_and_claim(&[], &rule, now, &next(3)).await.unwrap();
+        assert!(none.deliveries.is_empty());
+    }
+}
