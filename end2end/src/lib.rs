@@ -13,5 +13,5 @@ pub use fixture::{
     http_session, incoming_webhook, start_bare_server, start_server, start_server_with, Server,
     ADMIN, PASSWORD, SUPPORT,
 };
-pub use page::{find, open, sign_in, wait_for_hydration, wait_text};
+pub use page::{find, open, sign_in, wait_for_hydration, wait_text, wait_url};
 pub use server::testkit::{browser_like_client, wait_until, Received, Receiver, Reply};

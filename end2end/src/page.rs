@@ -46,6 +46,23 @@ pub async fn wait_text(c: &Client, css: &str, text: &str) -> String {
     }
 }
 
+/// Waits until the browser is at a URL containing `part` (a form's navigation has
+/// landed): an element found before that may be the previous page's, gone a moment later.
+pub async fn wait_url(c: &Client, part: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(url) = c.current_url().await {
+            if url.as_str().contains(part) {
+                return;
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("the browser never reached a URL with {part:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Opens a console page and waits until it is live.
 pub async fn open(c: &Client, server: &Server, path: &str) {
     c.goto(&server.url(path)).await.unwrap();

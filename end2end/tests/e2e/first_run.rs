@@ -198,6 +198,8 @@ async fn the_core_actions_work_with_javascript_switched_off() {
         .click()
         .await
         .unwrap();
+    // The unfiltered page lists the same row: look for it once the filtered one is there.
+    wait_url(&c, "status=failed").await;
     find(
         &c,
         &format!("tr[data-delivery='{}'] input[name=id]", failed.id),
