@@ -8,24 +8,17 @@
 ALTER TABLE rate_keys ADD COLUMN taken BIGINT NOT NULL DEFAULT 0;
 UPDATE rate_keys SET taken = (SELECT COUNT(*) FROM rate_events e WHERE e.key = rate_keys.key);
 
-CREATE FUNCTION rate_events_taken_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+-- One function for both triggers: each names the rows it saw `changed`, added or gone.
+CREATE FUNCTION rate_events_taken() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE rate_keys k SET taken = k.taken + n.c
-    FROM (SELECT key, COUNT(*) AS c FROM taken_rows GROUP BY key) n
+    UPDATE rate_keys k SET taken = k.taken + CASE TG_OP WHEN 'INSERT' THEN n.c ELSE -n.c END
+    FROM (SELECT key, COUNT(*) AS c FROM changed GROUP BY key) n
     WHERE k.key = n.key;
     RETURN NULL;
 END $$;
 CREATE TRIGGER rate_events_taken_insert AFTER INSERT ON rate_events
-    REFERENCING NEW TABLE AS taken_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION rate_events_taken_insert();
-
-CREATE FUNCTION rate_events_taken_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE rate_keys k SET taken = k.taken - n.c
-    FROM (SELECT key, COUNT(*) AS c FROM freed_rows GROUP BY key) n
-    WHERE k.key = n.key;
-    RETURN NULL;
-END $$;
+    REFERENCING NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_events_taken();
 CREATE TRIGGER rate_events_taken_delete AFTER DELETE ON rate_events
-    REFERENCING OLD TABLE AS freed_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION rate_events_taken_delete();
+    REFERENCING OLD TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION rate_events_taken();

@@ -243,14 +243,12 @@ struct Ended {
 /// more due (`more_due`, `None`: unknown) where the successors claimed for the
 /// destination (`got`) did not take every slot the group's attempts to it freed.
 fn hints(finished: &[(DestinationId, Option<bool>)], got: &[DestinationId]) -> Vec<Option<bool>> {
-    let count = |list: &mut dyn Iterator<Item = DestinationId>, d: DestinationId| {
-        list.filter(|x| *x == d).count()
-    };
     finished
         .iter()
         .map(|(d, more_due)| {
-            let ended = count(&mut finished.iter().map(|(x, _)| *x), *d);
-            if count(&mut got.iter().copied(), *d) >= ended {
+            let ended = finished.iter().filter(|(x, _)| x == d).count();
+            let refilled = got.iter().filter(|x| *x == d).count();
+            if refilled >= ended {
                 Some(false)
             } else {
                 *more_due

@@ -935,26 +935,34 @@ where
             // BEGIN's end, then the attempts' statements.
             return Self::finish_batches_effects(results.into_iter().skip(1), batch.len());
         }
-        use futures_util::TryStreamExt as _;
-        let chunks: Vec<&[FinishedAttempt]> = batch.chunks(FINISH_CHUNK).collect();
-        let Some((last, before)) = chunks.split_last() else {
-            return Ok(Vec::new());
-        };
-        let mut effects = Vec::with_capacity(batch.len());
+        let (before, last) = batch.split_at((batch.len() - 1) / FINISH_CHUNK * FINISH_CHUNK);
         let mut tx = writer.begin().await?;
-        for chunk in before {
-            let sql = Self::finish_batches(chunk.len());
-            let results: Vec<_> =
-                Executor::fetch_many(&mut *tx, Self::finish_batches_query(&sql, chunk, now))
-                    .try_collect()
-                    .await?;
-            effects.extend(Self::finish_batches_effects(results, chunk.len())?);
-        }
+        let mut effects = Self::finish_chunks_in(&mut tx, before, now).await?;
         let sql = format!("{}{}", Self::finish_batches(last.len()), tx.closing());
         let results = tx
             .commit_with(Self::finish_batches_query(&sql, last, now))
             .await?;
         effects.extend(Self::finish_batches_effects(results, last.len())?);
+        Ok(effects)
+    }
+
+    /// Records `batch` (attempts that all [finish at once](Self::finishes_at_once)) inside
+    /// `tx`, [`FINISH_CHUNK`] attempts a round trip; the effects of each, in order.
+    pub(super) async fn finish_chunks_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        batch: &[FinishedAttempt],
+        now: UnixMs,
+    ) -> Result<Vec<FinishEffects>> {
+        use futures_util::TryStreamExt as _;
+        let mut effects = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(FINISH_CHUNK) {
+            let sql = Self::finish_batches(chunk.len());
+            let results: Vec<_> =
+                Executor::fetch_many(&mut **tx, Self::finish_batches_query(&sql, chunk, now))
+                    .try_collect()
+                    .await?;
+            effects.extend(Self::finish_batches_effects(results, chunk.len())?);
+        }
         Ok(effects)
     }
 

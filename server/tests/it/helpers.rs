@@ -92,3 +92,38 @@ async fn run_sql(db_url: &str, statements: &[String]) {
         pool.close().await;
     }
 }
+
+/// The record of an attempt at each of `deliveries` (claimed already), as a worker makes
+/// it: answered `status` (a 2xx has no error class, anything else is `http`), then `next`.
+pub fn answered(
+    deliveries: &[server::domain::Delivery],
+    status: i64,
+    next: server::storage::NextStep,
+) -> Vec<server::storage::FinishedAttempt> {
+    use server::domain::*;
+    let now = server::clock::now_ms();
+    deliveries
+        .iter()
+        .map(|d| server::storage::FinishedAttempt {
+            attempt: Attempt {
+                id: AttemptId::new(),
+                delivery_id: d.id,
+                space_id: d.space_id,
+                attempt_number: 1,
+                started_at: now,
+                duration_ms: 1,
+                request_url: "https://example.com/hook".into(),
+                request_headers: serde_json::json!({}),
+                request_body: "{}".into(),
+                response_status: Some(status),
+                response_headers: Some(serde_json::json!({})),
+                response_body: Some(String::new()),
+                error_class: (!(200..300).contains(&status)).then_some(ErrorClass::Http),
+                error_message: None,
+            },
+            destination_id: d.destination_id,
+            next,
+            only_if_lease_expired_before: None,
+        })
+        .collect()
+}

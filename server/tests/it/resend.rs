@@ -229,32 +229,8 @@ async fn quiet_app(db: &server::testkit::TestDb) -> server::testkit::TestApp {
 /// Dead-letters `deliveries` (claimed already) as a worker would, without auto-disable.
 async fn dead_letter(app: &server::testkit::TestApp, deliveries: &[server::domain::Delivery]) {
     use server::domain::*;
-    use server::storage::{FinishedAttempt, NextStep};
     let now = server::clock::now_ms();
-    let batch: Vec<FinishedAttempt> = deliveries
-        .iter()
-        .map(|d| FinishedAttempt {
-            attempt: Attempt {
-                id: AttemptId::new(),
-                delivery_id: d.id,
-                space_id: d.space_id,
-                attempt_number: 1,
-                started_at: now,
-                duration_ms: 1,
-                request_url: "https://example.com/hook".into(),
-                request_headers: json!({}),
-                request_body: "{}".into(),
-                response_status: Some(400),
-                response_headers: Some(json!({})),
-                response_body: Some(String::new()),
-                error_class: Some(ErrorClass::Http),
-                error_message: None,
-            },
-            destination_id: d.destination_id,
-            next: NextStep::DeadLetter,
-            only_if_lease_expired_before: None,
-        })
-        .collect();
+    let batch = crate::helpers::answered(deliveries, 400, server::storage::NextStep::DeadLetter);
     let rule = AutoDisable {
         after: i64::MAX,
         warn_at: Vec::new(),

@@ -654,33 +654,9 @@ on_both_backends! {
     }
 }
 
-/// `attempts` as their workers record them: answered 200.
+/// `deliveries` as their workers record them: answered 200.
 fn succeeded(deliveries: &[Delivery]) -> Vec<server::storage::FinishedAttempt> {
-    let now = server::clock::now_ms();
-    deliveries
-        .iter()
-        .map(|d| server::storage::FinishedAttempt {
-            attempt: Attempt {
-                id: AttemptId::new(),
-                delivery_id: d.id,
-                space_id: d.space_id,
-                attempt_number: 1,
-                started_at: now,
-                duration_ms: 1,
-                request_url: "https://example.com/hook".into(),
-                request_headers: json!({}),
-                request_body: "{}".into(),
-                response_status: Some(200),
-                response_headers: Some(json!({})),
-                response_body: Some(String::new()),
-                error_class: None,
-                error_message: None,
-            },
-            destination_id: d.destination_id,
-            next: server::storage::NextStep::Succeeded,
-            only_if_lease_expired_before: None,
-        })
-        .collect()
+    crate::helpers::answered(deliveries, 200, server::storage::NextStep::Succeeded)
 }
 
 on_both_backends! {
