@@ -206,6 +206,7 @@ pub async fn run_traffic(
                         idempotency_key: None,
                         request_hash: String::new(),
                         filters: FilterVerdicts::default(),
+                        claim: None,
                     }
                 })
                 .collect();

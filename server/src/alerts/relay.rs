@@ -130,6 +130,7 @@ impl Relay {
             idempotency_key: Some(format!("{ALERT_EVENT_TYPE}:{}", n.id)),
             request_hash: n.id.to_string(),
             filters,
+            claim: None,
         };
         let published = self
             .storage

@@ -1137,6 +1137,7 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
         idempotency_key: None,
         request_hash: String::new(),
         filters: Default::default(),
+        claim: None,
     };
     bench
         .storage

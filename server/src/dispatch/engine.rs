@@ -162,9 +162,87 @@ pub struct EngineHandle {
     wake: Arc<Notify>,
     hints: Arc<Hints>,
     next_due: Arc<NextDue>,
+    /// How a publish hands the engine the deliveries it claimed; set while the engine runs.
+    starter: Arc<std::sync::OnceLock<Starter>>,
 }
 
+/// What starting a worker takes, outside the engine's loop: the engine, its permits, its
+/// tasks and the token that cuts attempts short at shutdown.
+struct Starter {
+    engine: std::sync::Weak<Engine>,
+    permits: Arc<Semaphore>,
+    tracker: TaskTracker,
+    cut_short: CancellationToken,
+}
+
+/// Permits of the engine taken for a publish's claim of its own deliveries (its
+/// [`Reserved::claim`], in the publish's transaction): as many as the claim may take.
+/// [`EngineHandle::published`] starts a worker for each delivery claimed and gives the
+/// rest back.
+pub struct Reserved {
+    permit: OwnedSemaphorePermit,
+    /// The claim to make (its destinations are the publish's own).
+    pub claim: ClaimNext,
+}
+
+/// The most of a publish's own deliveries it claims in its transaction.
+const PUBLISH_CLAIMS_AT_MOST: usize = 16;
+
 impl EngineHandle {
+    /// Permits for a publish to claim its own deliveries with (up to
+    /// [`PUBLISH_CLAIMS_AT_MOST`], as many as are free); `None` while the engine does not
+    /// run, is stopping, or has no free permit.
+    pub fn reserve(&self) -> Option<Reserved> {
+        let starter = self.starter.get()?;
+        let engine = starter.engine.upgrade()?;
+        if engine.stopping.load(Ordering::Relaxed) {
+            return None;
+        }
+        let n = starter
+            .permits
+            .available_permits()
+            .min(PUBLISH_CLAIMS_AT_MOST);
+        let permit = starter
+            .permits
+            .clone()
+            .try_acquire_many_owned(n as u32)
+            .ok()?;
+        Some(Reserved {
+            permit,
+            claim: ClaimNext {
+                destinations: Vec::new(),
+                limit: n as i64,
+                lease_margin_ms: engine.settings.lease_margin.as_millis() as i64,
+                limits: engine.claim_limits(),
+            },
+        })
+    }
+
+    /// A publish's deliveries to `destinations` are written and due now; `claimed`, what
+    /// its transaction claimed with `reserved` (if it did), goes straight to workers, one
+    /// permit each, and the engine claims nothing for them. A claim that took fewer than
+    /// it could leaves nothing due that a slot could take (the rest wait for a slot, which
+    /// the attempts in flight free and claim); one that took all it could, or none made,
+    /// hints the destinations as [`Self::due_now`] does.
+    pub fn published(
+        &self,
+        reserved: Option<Reserved>,
+        destinations: Vec<DestinationId>,
+        claimed: Option<Claimed>,
+    ) {
+        let started = match (reserved, claimed, self.starter.get()) {
+            // Without the engine (gone), the claims come back when their leases expire.
+            (Some(reserved), Some(claimed), Some(starter)) => starter
+                .engine
+                .upgrade()
+                .map(|engine| engine.start(starter, reserved, claimed)),
+            _ => None,
+        };
+        if started != Some(true) {
+            self.due_now(destinations);
+        }
+    }
+
     /// New deliveries to these destinations are due now: the engine claims for them by
     /// name, which is cheaper than a look at the whole queue.
     pub fn due_now(&self, destinations: impl IntoIterator<Item = DestinationId>) {
@@ -307,13 +385,20 @@ impl Engine {
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
         let tracker = TaskTracker::new();
+        let cut_short = CancellationToken::new();
+        // Publishes start workers for what they claim with these too.
+        let _ = self.handle.starter.set(Starter {
+            engine: Arc::downgrade(&self),
+            permits: permits.clone(),
+            tracker: tracker.clone(),
+            cut_short: cut_short.clone(),
+        });
         let committer = self
             .finish_queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .map(|queue| tokio::spawn(self.clone().commit_finished(queue)));
-        let cut_short = CancellationToken::new();
         let mut last_recovery = 0_i64;
         // Whether the next claim scans the whole queue (else: only hinted destinations).
         let mut rescan = true;
@@ -422,6 +507,33 @@ impl Engine {
             task.abort();
         }
         tracing::info!("dispatch engine stopped");
+    }
+
+    /// Starts a worker for each delivery a publish claimed ([`EngineHandle::published`]),
+    /// with one of `reserved`'s permits each; the rest go back. True when the claim took
+    /// fewer than it could, so nothing it left is for the engine to claim now.
+    fn start(self: Arc<Self>, starter: &Starter, mut reserved: Reserved, claimed: Claimed) -> bool {
+        if claimed.held_by_plan > 0 {
+            self.handle.next_due.forget();
+            self.metrics
+                .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
+        }
+        let short = (claimed.deliveries.len() as i64) < reserved.claim.limit;
+        for work in works(claimed) {
+            // The claim took at most a permit's worth each; past that (never), the lease
+            // brings the delivery back.
+            let Some(permit) = reserved.permit.split(1) else {
+                break;
+            };
+            let retry = RetryGuard::new(work.delivery.attempts > 0, &self.retries_in_flight);
+            starter.tracker.spawn(self.clone().deliver(
+                work,
+                retry,
+                starter.cut_short.clone(),
+                permit,
+            ));
+        }
+        short
     }
 
     /// Group commit: while one batch of finished attempts is being written, the next

@@ -221,6 +221,7 @@ pub async fn post_once(
         idempotency_key: None,
         request_hash: String::new(),
         filters,
+        claim: None,
     };
     match store.post_message(&message, &event, replay, now).await? {
         None => return Ok(None),

@@ -11,6 +11,7 @@ use super::store::{
     convert_all, json, parse, Args, Conn, DbRow, Dialect, RowsAffected, Sql, SqlArg, SqlValue,
     Store,
 };
+use super::tenants::{ApiKeyRow, API_KEY_AS_KEY};
 use super::write::{Durability, WriteTx};
 use super::*;
 
@@ -66,6 +67,31 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     /// (`find_event_type_schema_version`), and the space's active destinations with a
     /// filter (`list_filtered_destinations`).
     async fn publish_checks(&self, space_id: SpaceId, event_type: &str) -> Result<PublishChecks>;
+    /// The API key whose hash is `key_hash` (not revoked; `NotFound` otherwise) and
+    /// [`Self::publish_checks`] of `space_id`, in one read: a REST publish looks its key up
+    /// with what it reads anyway, one round trip instead of two. The key may be another
+    /// space's: the caller compares.
+    async fn publish_checks_with_key(
+        &self,
+        key_hash: &str,
+        space_id: SpaceId,
+        event_type: &str,
+    ) -> Result<(ApiKey, PublishChecks)>;
+}
+
+/// What [`EventStore::publish_checks`] reads, from [`checks_from`]: the schema's version
+/// and a filtering destination's columns.
+const CHECKS: &str = "v.schema_version, d.*";
+
+/// The rows of [`EventStore::publish_checks`] (`$1` the space, `$2` the type): one per
+/// filtering destination, or one of NULLs without any; the schema's version on each.
+fn checks_from() -> String {
+    format!(
+        "(SELECT (SELECT updated_at FROM event_types \
+           WHERE space_id = $1 AND name = $2 AND schema IS NOT NULL) AS schema_version) AS v \
+         LEFT JOIN (SELECT {DESTINATION} FROM destinations \
+           WHERE space_id = $1 AND payload_filter IS NOT NULL AND status = 'active') AS d ON TRUE"
+    )
 }
 
 /// What [`EventStore::publish_checks`] read.
@@ -296,29 +322,47 @@ where
     }
 
     async fn publish_checks(&self, space_id: SpaceId, event_type: &str) -> Result<PublishChecks> {
-        // One row per filtering destination, or one of NULLs without any; the schema's
-        // version on each.
-        let sql = format!(
-            "SELECT v.schema_version, {DESTINATION} FROM ( \
-               SELECT (SELECT updated_at FROM event_types \
-                       WHERE space_id = $1 AND name = $2 AND schema IS NOT NULL) AS schema_version \
-             ) AS v LEFT JOIN destinations \
-               ON space_id = $1 AND payload_filter IS NOT NULL AND status = 'active'"
-        );
+        let sql = format!("SELECT {CHECKS} FROM {}", checks_from());
         let rows = sqlx::query(&sql)
             .bind(space_id.to_string())
             .bind(event_type)
             .fetch_all(&self.read)
             .await?;
-        let mut checks = PublishChecks::default();
-        for row in &rows {
-            checks.schema_version = sqlx::Row::try_get::<Option<i64>, _>(row, "schema_version")?;
-            if sqlx::Row::try_get::<Option<String>, _>(row, "id")?.is_some() {
-                let d = <DestinationRow as sqlx::FromRow<_>>::from_row(row)?;
-                checks.filtering.push(d.try_into()?);
-            }
-        }
-        Ok(checks)
+        Self::checks_of(&rows)
+    }
+
+    async fn publish_checks_with_key(
+        &self,
+        key_hash: &str,
+        space_id: SpaceId,
+        event_type: &str,
+    ) -> Result<(ApiKey, PublishChecks)> {
+        // The checks' rows, each with the key's columns; none without the key.
+        let sql = format!(
+            "SELECT {API_KEY_AS_KEY}, {CHECKS} FROM api_keys AS k CROSS JOIN {} \
+             WHERE k.key_hash = $3 AND k.revoked_at IS NULL",
+            checks_from()
+        );
+        let rows = sqlx::query(&sql)
+            .bind(space_id.to_string())
+            .bind(event_type)
+            .bind(key_hash)
+            .fetch_all(&self.read)
+            .await?;
+        let Some(first) = rows.first() else {
+            return Err(StorageError::NotFound);
+        };
+        let text = |column: &str| sqlx::Row::try_get::<String, _>(first, column);
+        let key = ApiKeyRow {
+            id: text("key_id")?,
+            space_id: text("key_space_id")?,
+            name: text("key_name")?,
+            prefix: text("key_prefix")?,
+            created_at: sqlx::Row::try_get(first, "key_created_at")?,
+            last_used_at: sqlx::Row::try_get(first, "key_last_used_at")?,
+            revoked_at: sqlx::Row::try_get(first, "key_revoked_at")?,
+        };
+        Ok((key.try_into()?, Self::checks_of(&rows)?))
     }
 
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
@@ -360,6 +404,19 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
+    /// [`PublishChecks`] from the rows of [`checks_from`].
+    fn checks_of(rows: &[DbRow<D>]) -> Result<PublishChecks> {
+        let mut checks = PublishChecks::default();
+        for row in rows {
+            checks.schema_version = sqlx::Row::try_get::<Option<i64>, _>(row, "schema_version")?;
+            if sqlx::Row::try_get::<Option<String>, _>(row, "id")?.is_some() {
+                let d = <DestinationRow as sqlx::FromRow<_>>::from_row(row)?;
+                checks.filtering.push(d.try_into()?);
+            }
+        }
+        Ok(checks)
+    }
+
     /// The event, its idempotency key and its fan-out, inside `tx`. `None` when the
     /// idempotency key was taken: the caller rolls back and reads the first answer.
     pub(super) async fn publish_in(
@@ -422,6 +479,7 @@ where
             deliveries,
             skipped: inactive.len() as i64,
             destinations: fan.send,
+            claimed: None,
         }))
     }
 
@@ -507,14 +565,45 @@ where
                 .push_bind(e.created_at)
                 .push_bind(e.deliver_at);
         });
+        let mut claimed = None;
         if fan.failed.is_empty() && targets.len() <= FAN_OUT_CHUNK {
+            // Due now, with a claim asked for: the claim of its deliveries goes in the
+            // same string, after them, before the `COMMIT`.
+            let claim = new
+                .claim
+                .as_ref()
+                .filter(|_| e.deliver_at.is_none() && !targets.is_empty());
             if !targets.is_empty() {
                 event.push("; ");
                 Self::push_deliveries(&mut event, &targets, now);
             }
-            event.push(tx.closing());
+            // Declared before the arguments, which the query ties to its string's borrow.
+            #[allow(clippy::needless_late_init)]
+            let whole: String;
             let (sql, args) = event.into_parts()?;
-            tx.commit_with(sqlx::query_with(&sql, args)).await?;
+            let after = claim.and_then(|_| D::claim_for_after(sqlx::Arguments::len(&args)));
+            whole = match &after {
+                // The claim's statements end with the `COMMIT`.
+                Some(after) => format!("{sql}; {after}"),
+                None => format!("{sql}{}", tx.closing()),
+            };
+            match claim.filter(|_| after.is_some()) {
+                Some(claim) => {
+                    let next = ClaimNext {
+                        destinations: fan.send.clone(),
+                        ..claim.clone()
+                    };
+                    // The slots are dated when the write lock is held.
+                    let now = now.max(crate::clock::now_ms());
+                    let query = D::bind_claim_for(sqlx::query_with(&whole, args), &next, now)?;
+                    let results = tx.commit_with(query).await?;
+                    // After the event's INSERT and the deliveries'.
+                    claimed = Some(D::claimed_after(&results, 2)?);
+                }
+                None => {
+                    tx.commit_with(sqlx::query_with(&whole, args)).await?;
+                }
+            }
         } else {
             // A failed filter's delivery (it needs the event first), or wider than one
             // INSERT: statement by statement.
@@ -529,6 +618,7 @@ where
             deliveries: fan.deliveries(),
             skipped: inactive.len() as i64,
             destinations: fan.send,
+            claimed,
         })
     }
 
@@ -706,6 +796,7 @@ where
                 deliveries: fan.deliveries(),
                 skipped: inactive.len() as i64,
                 destinations: fan.send,
+                claimed: None,
             });
         }
         Self::insert_deliveries(tx, &targets, now).await?;

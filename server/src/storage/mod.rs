@@ -237,6 +237,12 @@ pub struct NewEvent {
     /// What the destinations' filters said of the payload, decided before the write
     /// (`ops::filters`); the default (no verdicts) sends to every subscriber.
     pub filters: FilterVerdicts,
+    /// A claim for the event's own deliveries, made in the publish's transaction where
+    /// the backend can (SQLite, an event published alone, due now): as
+    /// [`DispatchQueue::claim_for`] of the destinations it fans out to (`destinations` is
+    /// replaced by those), so the engine sends them without a claim of its own
+    /// ([`Published::Created::claimed`]).
+    pub claim: Option<ClaimNext>,
 }
 
 /// The filters' verdicts on one event, by destination: the ones it passed are not
@@ -251,7 +257,7 @@ pub struct FilterVerdicts {
 }
 
 /// What a publish did ([`EventStore::publish_events`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Published {
     /// The event and its deliveries are on disk.
     Created {
@@ -260,6 +266,9 @@ pub enum Published {
         skipped: i64,
         /// The destinations the new deliveries go to (for the engine's wake-up).
         destinations: Vec<DestinationId>,
+        /// What [`NewEvent::claim`] claimed, in the publish's transaction; `None` when no
+        /// claim was made (the engine claims as usual).
+        claimed: Option<Claimed>,
     },
     /// The idempotency key was seen before: nothing was written; this was the first answer.
     /// `request_hash` lets the caller refuse a key reused for a different request.

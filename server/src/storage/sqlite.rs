@@ -242,6 +242,28 @@ impl Dialect for Sqlite {
         Ok((effects, claimed))
     }
 
+    /// [`claim_for_batch`] with its parameters numbered after `params` others (a
+    /// positional `?` counts from the string's first statement on, a `$n` is absolute).
+    fn claim_for_after(params: usize) -> Option<String> {
+        Some(renumbered(&claim_for_batch(), params))
+    }
+
+    fn bind_claim_for<'q>(
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        next: &ClaimNext,
+        now: UnixMs,
+    ) -> Result<sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>> {
+        bind_claim_for(query, next, now)
+    }
+
+    fn claimed_after(
+        results: &[sqlx::Either<sqlx::sqlite::SqliteQueryResult, sqlx::sqlite::SqliteRow>],
+        statements: usize,
+    ) -> Result<Claimed> {
+        // `claimed_by_batch` counts a `BEGIN` first.
+        claimed_by_batch(results, statements - 1)
+    }
+
     fn raw_pool(pool: &SqlitePool) -> RawPool {
         RawPool::Sqlite(pool.clone())
     }

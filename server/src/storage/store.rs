@@ -104,6 +104,37 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
         }
     }
 
+    /// [`super::DispatchQueue::claim_for`]'s claim as statements that run after others
+    /// in one string, their parameters numbered after the `params` of those, and end
+    /// with the transaction's `COMMIT`: a publish claims its own deliveries in the round
+    /// trip of its `COMMIT` (SQLite). `None` where a claim is a transaction of its own.
+    fn claim_for_after(params: usize) -> Option<String> {
+        let _ = params;
+        None
+    }
+
+    /// Binds [`Dialect::claim_for_after`]'s parameters for `next` at `now`.
+    fn bind_claim_for<'q>(
+        query: sqlx::query::Query<'q, Self::DB, Args<'q, Self>>,
+        next: &super::ClaimNext,
+        now: UnixMs,
+    ) -> Result<sqlx::query::Query<'q, Self::DB, Args<'q, Self>>> {
+        let _ = (next, now);
+        Ok(query)
+    }
+
+    /// What [`Dialect::claim_for_after`]'s statements claimed, from the string's results,
+    /// after `statements` others.
+    fn claimed_after(
+        results: &[sqlx::Either<<Self::DB as Database>::QueryResult, DbRow<Self>>],
+        statements: usize,
+    ) -> Result<super::Claimed> {
+        let _ = (results, statements);
+        Err(StorageError::Internal(
+            "this backend claims in a transaction of its own".into(),
+        ))
+    }
+
     /// The pool, typed by backend (the console's session store, tests, the benchmark).
     fn raw_pool(pool: &Pool<Self::DB>) -> RawPool;
 }

@@ -13,6 +13,11 @@ use super::*;
 pub(super) const SPACE: &str = "id, name, plan, created_at, retention";
 
 pub(super) const API_KEY: &str = "id, space_id, name, prefix, created_at, last_used_at, revoked_at";
+/// [`API_KEY`] of the table aliased `k`, each column named `key_…` (read beside another
+/// table's columns: [`ApiKeyRow::keyed`]).
+pub(super) const API_KEY_AS_KEY: &str = "k.id AS key_id, k.space_id AS key_space_id, \
+    k.name AS key_name, k.prefix AS key_prefix, k.created_at AS key_created_at, \
+    k.last_used_at AS key_last_used_at, k.revoked_at AS key_revoked_at";
 
 /// Spaces and API keys: the admin commands, the console's space pages and the API-key
 /// extractor of the REST API.
@@ -327,13 +332,13 @@ impl TryFrom<SpaceRow> for Space {
 
 #[derive(sqlx::FromRow)]
 pub(super) struct ApiKeyRow {
-    id: String,
-    space_id: String,
-    name: String,
-    prefix: String,
-    created_at: i64,
-    last_used_at: Option<i64>,
-    revoked_at: Option<i64>,
+    pub(super) id: String,
+    pub(super) space_id: String,
+    pub(super) name: String,
+    pub(super) prefix: String,
+    pub(super) created_at: i64,
+    pub(super) last_used_at: Option<i64>,
+    pub(super) revoked_at: Option<i64>,
 }
 
 impl TryFrom<ApiKeyRow> for ApiKey {

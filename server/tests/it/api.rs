@@ -89,6 +89,59 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    async fn a_publish_is_refused_in_the_order_of_every_route_and_a_revoked_key_at_once(db) {
+        // A publish looks its key up with what it reads anyway; the answers stay those of
+        // every other route: 401, then the body's 400/415/422, then 404, then the type's 422.
+        let a = spawn_app(&db).await.with_space().await;
+        let key = a.api_key.clone().unwrap();
+        let project = a.space.clone().unwrap();
+        let b = server::ops::tenants::create_space(db.storage.as_ref(), "B", server::domain::Plan::Free).await.unwrap();
+        let client = reqwest::Client::new();
+        let publish = |project: String, key: Option<String>, body: &'static [u8]| {
+            let mut request = client
+                .post(a.url(&format!("/v1/projects/{project}/events")))
+                .header("content-type", "application/json")
+                .body(body);
+            if let Some(key) = key {
+                request = request.bearer_auth(key);
+            }
+            async move {
+                let resp = request.send().await.unwrap();
+                let status = resp.status().as_u16();
+                let body: serde_json::Value = resp.json().await.unwrap();
+                (status, body["code"].as_str().unwrap_or_default().to_owned())
+            }
+        };
+        let good: &[u8] = br#"{"type":"order.paid","payload":{}}"#;
+        let cases = [
+            (publish(project.clone(), None, b"{not json").await, (401, "unauthorized")),
+            (publish(project.clone(), Some("pfk_wrong".into()), good).await, (401, "unauthorized")),
+            (publish(project.clone(), Some("pfk_wrong".into()), br#"{"type":"bad type!","payload":{}}"#).await, (401, "unauthorized")),
+            (publish(project.clone(), Some(b.api_key.clone()), b"{not json").await, (400, "malformed_json")),
+            (publish(project.clone(), Some(b.api_key.clone()), good).await, (404, "not_found")),
+            (publish(project.clone(), Some(b.api_key.clone()), br#"{"type":"bad type!","payload":{}}"#).await, (404, "not_found")),
+            (publish("not-a-project".into(), Some(key.clone()), good).await, (404, "not_found")),
+            (publish(project.clone(), Some(key.clone()), br#"{"type":"partyflow.test","payload":{}}"#).await, (422, "reserved_event_type")),
+            (publish(project.clone(), Some(key.clone()), br#"{"type":"a","payload":{},"idempotencyKey":""}"#).await, (422, "invalid_idempotency_key")),
+            (publish(project.clone(), Some(key.clone()), good).await, (202, "")),
+            (publish(b.space.id.to_string(), Some(b.api_key.clone()), good).await, (202, "")),
+        ];
+        for (i, ((status, code), (want_status, want_code))) in cases.into_iter().enumerate() {
+            assert_eq!((status, code.as_str()), (want_status, want_code), "case {i}");
+        }
+        // A revoked key publishes nothing from the next request on.
+        let (_, second) = a.post("/api-keys", json!({"name": "second"})).await;
+        let second_key = second["key"].as_str().unwrap().to_owned();
+        assert_eq!(publish(project.clone(), Some(second_key.clone()), good).await.0, 202);
+        let (status, _) = a.post(&format!("/api-keys/{}/revoke", second["id"].as_str().unwrap()), json!(null)).await;
+        assert_eq!(status, 204);
+        assert_eq!(publish(project.clone(), Some(second_key), good).await, (401, "unauthorized".to_owned()));
+        assert_eq!(a.get("/events").await.1["data"].as_array().unwrap().len(), 2);
+        a.stop().await;
+    }
+}
+
+on_both_backends! {
     async fn destinations_can_be_read_changed_listed_and_deleted(db) {
         let app = spawn_app(&db).await.with_space().await;
         let dst = app.destination(json!({

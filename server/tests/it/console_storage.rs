@@ -55,6 +55,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
                 idempotency_key: None,
                 request_hash: String::new(),
                 filters: Default::default(),
+                claim: None,
             },
             now,
         )

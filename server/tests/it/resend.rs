@@ -262,6 +262,7 @@ on_both_backends! {
                 idempotency_key: None,
                 request_hash: String::new(),
                 filters: Default::default(),
+                claim: None,
             };
             app.storage.publish_event(&event, server::clock::now_ms()).await.unwrap();
         }

@@ -65,6 +65,7 @@ fn event(space: SpaceId, event_type: &str) -> NewEvent {
         idempotency_key: None,
         request_hash: "h".into(),
         filters: Default::default(),
+        claim: None,
     }
 }
 
@@ -126,9 +127,10 @@ on_both_backends! {
         }
         let e = event(s.id, "message.created");
         let published = store.publish_event(&e, NOW).await.unwrap();
-        let Published::Created { event_id, deliveries, skipped, mut destinations } = published else {
+        let Published::Created { event_id, deliveries, skipped, mut destinations, claimed } = published else {
             panic!("expected a new event, got {published:?}");
         };
+        assert_eq!(claimed, None, "no claim asked for, none made");
         destinations.sort();
         let mut expected = vec![all.id, matching.id];
         expected.sort();
@@ -200,6 +202,31 @@ on_both_backends! {
         let sent = store.publish_checks(s.id, "order.sent").await.unwrap();
         assert_eq!(sent.schema_version, None);
         assert_eq!(sent.filtering.iter().map(|d| d.id).collect::<Vec<_>>(), vec![filtering.id]);
+
+        // With the API key, in the same read: the key and the same checks; the key may be
+        // another space's (the caller compares); a revoked or unknown key finds nothing.
+        let key = ApiKey {
+            id: ApiKeyId::new(),
+            space_id: other.id,
+            name: "ci".into(),
+            prefix: "pfk_abcdefgh".into(),
+            created_at: NOW,
+            last_used_at: Some(NOW + 3),
+            revoked_at: None,
+        };
+        store.create_api_key(&key, "hash-1", None).await.unwrap();
+        store.touch_api_key(key.id, NOW + 3, 0).await.unwrap();
+        let (found, checks) = store.publish_checks_with_key("hash-1", s.id, "order.paid").await.unwrap();
+        assert_eq!(found, key);
+        assert_eq!(checks.schema_version, Some(NOW + 7));
+        assert_eq!(checks.filtering, paid.filtering);
+        let (_, nothing) = store.publish_checks_with_key("hash-1", other.id, "order.sent").await.unwrap();
+        assert_eq!((nothing.schema_version, nothing.filtering.len()), (None, 1));
+        let (_, plain) = store.publish_checks_with_key("hash-1", SpaceId::new(), "order.paid").await.unwrap();
+        assert_eq!((plain.schema_version, plain.filtering.len()), (None, 0));
+        assert!(matches!(store.publish_checks_with_key("hash-2", s.id, "order.paid").await, Err(StorageError::NotFound)));
+        store.revoke_api_key(other.id, key.id, NOW + 4, None).await.unwrap();
+        assert!(matches!(store.publish_checks_with_key("hash-1", s.id, "order.paid").await, Err(StorageError::NotFound)));
     }
 }
 
@@ -657,6 +684,71 @@ on_both_backends! {
 /// `deliveries` as their workers record them: answered 200.
 fn succeeded(deliveries: &[Delivery]) -> Vec<server::storage::FinishedAttempt> {
     crate::helpers::answered(deliveries, 200, server::storage::NextStep::Succeeded)
+}
+
+on_both_backends! {
+    /// A publish due now claims its own destinations' earliest due deliveries in its
+    /// transaction on SQLite, as the engine's claim would (caps, limit); PostgreSQL
+    /// claims nothing there.
+    async fn a_publish_claims_its_own_deliveries_in_its_transaction(db) {
+        use server::storage::{ClaimLimits, ClaimNext};
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let busy = destination(s.id, None, DestinationStatus::Active);
+        let free = destination(s.id, None, DestinationStatus::Active);
+        for d in [&busy, &free] {
+            store.create_destination(d, None).await.unwrap();
+        }
+        // Two in flight to `busy`, whose cap here is two; two waiting for `free`.
+        for _ in 0..2 {
+            store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
+        }
+        let limits = ClaimLimits { per_destination: 2, retries: i64::MAX, plans: None };
+        let now = server::clock::now_ms();
+        let first = store.claim_for(&[busy.id], now, 100, 60_000, &limits).await.unwrap().deliveries;
+        assert_eq!(first.len(), 2);
+        let claim = |limit: i64, per_destination: i64| Some(ClaimNext {
+            destinations: Vec::new(),
+            limit,
+            lease_margin_ms: 60_000,
+            limits: ClaimLimits { per_destination, ..limits },
+        });
+        let mut e = event(s.id, "message.created");
+        e.claim = claim(16, 2);
+        let published = store.publish_events(std::slice::from_ref(&e), now).await.unwrap().pop().unwrap().unwrap();
+        let Published::Created { destinations, claimed, .. } = published else {
+            panic!("expected a new event, got {published:?}");
+        };
+        assert_eq!(destinations.len(), 2);
+        if !db.url.starts_with("sqlite") {
+            assert_eq!(claimed, None, "PostgreSQL claims in a transaction of its own");
+            return;
+        }
+        // `free`'s two earliest (under its cap of two), nothing of `busy` (at its cap).
+        let claimed = claimed.expect("SQLite claims in the publish's transaction");
+        assert_eq!(claimed.deliveries.len(), 2);
+        assert!(claimed.deliveries.iter().all(|d| d.destination_id == free.id && d.status == DeliveryStatus::Sending));
+        assert!(claimed.deliveries.iter().all(|d| d.event_id != e.event.id), "the earliest due go first");
+        assert!(claimed.destinations.contains_key(&free.id));
+        assert!(claimed.deliveries.iter().all(|d| claimed.events.contains_key(&d.id)));
+        // The claim is on disk: both destinations are at their cap.
+        let again = store.claim_for(&[busy.id, free.id], now, 100, 60_000, &limits).await.unwrap().deliveries;
+        assert!(again.is_empty(), "both destinations are at their cap: {again:?}");
+        // The claim's limit holds: a limit of one claims one, of the four now waiting.
+        let mut one = event(s.id, "message.created");
+        one.claim = claim(1, 5);
+        let published = store.publish_events(std::slice::from_ref(&one), now).await.unwrap().pop().unwrap().unwrap();
+        let Published::Created { claimed: Some(claimed), .. } = published else {
+            panic!("expected a claim, got {published:?}");
+        };
+        assert_eq!(claimed.deliveries.len(), 1);
+        // A scheduled event claims nothing: none of its deliveries is due.
+        let mut later = event(s.id, "message.created");
+        later.event.deliver_at = Some(now + 60_000);
+        later.claim = claim(16, 5);
+        let published = store.publish_events(std::slice::from_ref(&later), now).await.unwrap().pop().unwrap().unwrap();
+        assert!(matches!(published, Published::Created { claimed: None, .. }), "{published:?}");
+    }
 }
 
 on_both_backends! {

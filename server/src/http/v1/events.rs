@@ -10,7 +10,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::destinations::check_event_type;
-use super::extract::{ApiJson, Caller};
+use super::extract::{ApiJson, Bearer, Caller};
 use super::openapi::{
     BadRequest, EventPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
@@ -102,34 +102,27 @@ struct Published202 {
 )]
 async fn publish(
     State(state): State<AppState>,
-    caller: Caller,
+    bearer: Bearer,
     Path(project): Path<String>,
-    ApiJson(body): ApiJson<PublishBody>,
+    body: Result<ApiJson<PublishBody>, ApiError>,
 ) -> Result<(StatusCode, Json<Published202>), ApiError> {
-    let space_id = caller.space(&project)?;
-    check_event_type(&body.event_type)?;
-    if crate::domain::is_product_event_type(&body.event_type) {
-        return Err(ApiError::invalid(
-            "reserved_event_type",
-            format!(
-                "event types beginning with {:?} are PartyFlow's own (test events, alerts)",
-                crate::domain::PRODUCT_EVENT_PREFIX
-            ),
-        ));
-    }
-    if let Some(key) = &body.idempotency_key {
-        if key.is_empty() || key.chars().count() > 255 || key.contains('\0') {
-            return Err(ApiError::invalid(
-                "invalid_idempotency_key",
-                "idempotencyKey needs 1 to 255 characters and no NUL",
-            ));
-        }
-    }
-    // The schema's version and the filtering destinations, in one read.
-    let checks = state
+    // The key is looked up with the publish's checks, in one read; a publish refused
+    // before that read looks its key up alone.
+    let (body, space_id) = match (body, project.parse::<SpaceId>()) {
+        (Ok(ApiJson(body)), Ok(space_id)) if refusal(&body).is_ok() => (body, space_id),
+        (body, _) => return Err(refused_alone(&state, bearer, &project, body).await),
+    };
+    let (key, checks) = match state
         .storage
-        .publish_checks(space_id, &body.event_type)
-        .await?;
+        .publish_checks_with_key(&bearer.key_hash, space_id, &body.event_type)
+        .await
+    {
+        Ok(found) => found,
+        Err(StorageError::NotFound) => return Err(ApiError::Unauthorized),
+        Err(e) => return Err(e.into()),
+    };
+    let caller = bearer.caller_of(&state, key);
+    caller.space(&project)?;
     event_types::check_payload_at(
         state.storage.as_ref(),
         &state.schemas,
@@ -161,17 +154,25 @@ async fn publish(
         deliver_at,
     };
     let filters = filters::verdicts_among(checks.filtering, &state.sandbox, &event).await?;
+    // Due now: the publish may claim its deliveries itself, with the engine's permits
+    // (SQLite, published alone), and they go out without a claim of the engine's.
+    let reserved = deliver_at
+        .is_none()
+        .then(|| state.engine.reserve())
+        .flatten();
     let new = NewEvent {
         event,
         idempotency_key: body.idempotency_key,
         request_hash: request_hash.clone(),
         filters,
+        claim: reserved.as_ref().map(|r| r.claim.clone()),
     };
     match state.publisher.publish(new).await? {
         Published::Created {
             event_id,
             deliveries,
             destinations,
+            claimed,
             ..
         } => {
             crate::metrics::event_published(crate::metrics::EventSource::Api);
@@ -179,7 +180,7 @@ async fn publish(
                 // Not due yet: the engine only looks again at when the next one is.
                 state.engine.scheduled();
             } else {
-                state.engine.due_now(destinations);
+                state.engine.published(reserved, destinations, claimed);
             }
             Ok((
                 StatusCode::ACCEPTED,
@@ -208,6 +209,52 @@ async fn publish(
             }),
         )),
     }
+}
+
+/// A publish refused before its read, in the order of every other route: the key (401),
+/// the body (400, 413, 415, 422 `invalid_body`), the project (404), then the event type or
+/// the idempotency key (422).
+async fn refused_alone(
+    state: &AppState,
+    bearer: Bearer,
+    project: &str,
+    body: Result<ApiJson<PublishBody>, ApiError>,
+) -> ApiError {
+    let refused = async {
+        let caller = bearer.caller(state).await?;
+        let ApiJson(body) = body?;
+        caller.space(project)?;
+        refusal(&body)
+    };
+    match refused.await {
+        Err(e) => e,
+        // Not reached: the project and the body were fine.
+        Ok(()) => ApiError::NotFound(format!("no project {project:?}")),
+    }
+}
+
+/// What a publish's body is refused for before anything is read: its event type
+/// (`invalid_event_type`, `reserved_event_type`) or its idempotency key.
+fn refusal(body: &PublishBody) -> Result<(), ApiError> {
+    check_event_type(&body.event_type)?;
+    if crate::domain::is_product_event_type(&body.event_type) {
+        return Err(ApiError::invalid(
+            "reserved_event_type",
+            format!(
+                "event types beginning with {:?} are PartyFlow's own (test events, alerts)",
+                crate::domain::PRODUCT_EVENT_PREFIX
+            ),
+        ));
+    }
+    if let Some(key) = &body.idempotency_key {
+        if key.is_empty() || key.chars().count() > 255 || key.contains('\0') {
+            return Err(ApiError::invalid(
+                "invalid_idempotency_key",
+                "idempotencyKey needs 1 to 255 characters and no NUL",
+            ));
+        }
+    }
+    Ok(())
 }
 
 #[utoipa::path(

@@ -62,6 +62,48 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        Bearer::from_request_parts(parts, state)
+            .await?
+            .caller(state)
+            .await
+    }
+}
+
+/// An API key as sent (`Authorization: Bearer …`), not yet looked up: what [`Caller`] reads
+/// first, and what a handler takes instead when it looks the key up together with what
+/// it reads anyway (publishing: [`crate::storage::EventStore::publish_checks_with_key`]).
+/// 401 without one.
+pub struct Bearer {
+    /// The SHA-256 of the token, as stored.
+    pub key_hash: String,
+    source: Option<IpAddr>,
+}
+
+impl Bearer {
+    /// Looks the key up on its own: the caller, or 401.
+    pub async fn caller(self, state: &AppState) -> Result<Caller, ApiError> {
+        match state.storage.find_api_key_by_hash(&self.key_hash).await {
+            Ok(key) => Ok(self.caller_of(state, key)),
+            Err(StorageError::NotFound) => Err(ApiError::Unauthorized),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The caller whose key (found by [`Self::key_hash`], not revoked) is `key`.
+    pub fn caller_of(self, state: &AppState, key: ApiKey) -> Caller {
+        remember_use(state, key.id);
+        Caller {
+            space_id: key.space_id,
+            key,
+            source: self.source,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Bearer {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
@@ -72,26 +114,14 @@ impl FromRequestParts<AppState> for Caller {
             .map(str::trim)
             .filter(|t| !t.is_empty())
             .ok_or(ApiError::Unauthorized)?;
-        match state
-            .storage
-            .find_api_key_by_hash(&auth::hash_token(token))
-            .await
-        {
-            Ok(key) => {
-                remember_use(state, key.id);
-                let source = parts
-                    .extensions
-                    .get::<ConnectInfo<SocketAddr>>()
-                    .map(|ConnectInfo(peer)| peer.ip());
-                Ok(Caller {
-                    space_id: key.space_id,
-                    key,
-                    source,
-                })
-            }
-            Err(StorageError::NotFound) => Err(ApiError::Unauthorized),
-            Err(e) => Err(e.into()),
-        }
+        let source = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| peer.ip());
+        Ok(Bearer {
+            key_hash: auth::hash_token(token),
+            source,
+        })
     }
 }
 
