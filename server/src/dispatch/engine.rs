@@ -202,6 +202,9 @@ impl EngineHandle {
             .permits
             .available_permits()
             .min(PUBLISH_CLAIMS_AT_MOST);
+        if n == 0 {
+            return None;
+        }
         let permit = starter
             .permits
             .clone()

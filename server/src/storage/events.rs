@@ -567,8 +567,8 @@ where
         });
         let mut claimed = None;
         if fan.failed.is_empty() && targets.len() <= FAN_OUT_CHUNK {
-            // Due now, with a claim asked for: the claim of its deliveries goes in the
-            // same string, after them, before the `COMMIT`.
+            // Due now, with a claim asked for: the claim of its destinations goes in the
+            // same string, after its deliveries, and ends with the `COMMIT`.
             let claim = new
                 .claim
                 .as_ref()
