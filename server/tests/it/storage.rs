@@ -621,33 +621,11 @@ async fn deleting_a_destination_that_meets_a_deadlock_is_tried_again() {
 /// The key's row of `rate_keys`, and its `taken` against the rows of `rate_events`.
 async fn taken_and_counted(db: &server::testkit::TestDb, key: &str) -> (Option<i64>, i64) {
     use server::storage::RawPool;
-    let taken = "SELECT taken FROM rate_keys WHERE key = $1";
-    let counted = "SELECT COUNT(*) FROM rate_events WHERE key = $1";
+    let sql = "SELECT (SELECT taken FROM rate_keys WHERE key = $1), \
+               (SELECT COUNT(*) FROM rate_events WHERE key = $1)";
     match db.storage.raw_pool() {
-        RawPool::Sqlite(p) => (
-            sqlx::query_scalar(taken)
-                .bind(key)
-                .fetch_optional(&p)
-                .await
-                .unwrap(),
-            sqlx::query_scalar(counted)
-                .bind(key)
-                .fetch_one(&p)
-                .await
-                .unwrap(),
-        ),
-        RawPool::Postgres(p) => (
-            sqlx::query_scalar(taken)
-                .bind(key)
-                .fetch_optional(&p)
-                .await
-                .unwrap(),
-            sqlx::query_scalar(counted)
-                .bind(key)
-                .fetch_one(&p)
-                .await
-                .unwrap(),
-        ),
+        RawPool::Sqlite(p) => sqlx::query_as(sql).bind(key).fetch_one(&p).await.unwrap(),
+        RawPool::Postgres(p) => sqlx::query_as(sql).bind(key).fetch_one(&p).await.unwrap(),
     }
 }
 
