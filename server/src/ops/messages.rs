@@ -216,18 +216,24 @@ pub async fn post_once(
     // Before the transaction: a replayed request runs the filters for nothing, but
     // the write never waits on a program.
     let filters = filters::verdicts_among(checks.filtering, judges.programs, &event).await?;
+    // The message's transaction may claim its deliveries itself, as a REST publish does.
+    let reserved = engine.reserve();
     let event = NewEvent {
         event,
         idempotency_key: None,
         request_hash: String::new(),
         filters,
-        claim: None,
+        claim: reserved.as_ref().map(|r| r.claim.clone()),
     };
     match store.post_message(&message, &event, replay, now).await? {
         None => return Ok(None),
-        Some(Published::Created { destinations, .. }) => {
+        Some(Published::Created {
+            destinations,
+            claimed,
+            ..
+        }) => {
             crate::metrics::event_published(source.metrics_source());
-            engine.due_now(destinations)
+            engine.published(reserved, destinations, claimed)
         }
         Some(_) => {}
     }

@@ -125,7 +125,10 @@ where
             // A group of one without a key (every publish at low load) on SQLite: two
             // round trips to the connection's thread in all ([`Self::publish_alone`]).
             if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
-                return Ok(vec![Ok(Self::publish_alone(&mut writer, new, now).await?)]);
+                let published = Self::publish_alone(&mut writer, new, now, None).await?;
+                return Ok(vec![published.ok_or_else(|| {
+                    StorageError::Internal("a publish without a replay guard was a replay".into())
+                })]);
             }
         }
         let mut tx = writer.begin().await?;
@@ -212,6 +215,10 @@ where
         now: UnixMs,
     ) -> Result<Option<Published>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
+        if D::BACKEND == Backend::Sqlite {
+            // Two round trips to the connection's thread, as an event published alone.
+            return Self::publish_alone(&mut writer, event, now, Some((m, replay))).await;
+        }
         let mut tx = writer.begin().await?;
         if let Some(r) = replay {
             // Remembered only if this transaction commits: a failure below forgets it.
@@ -238,20 +245,10 @@ where
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query(
-            "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, source_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(m.id.to_string())
-        .bind(m.space_id.to_string())
-        .bind(m.channel_id.to_string())
-        .bind(&m.text)
-        .bind(m.attachments.as_ref().map(|a| a.to_string()))
-        .bind(m.source_kind.as_str())
-        .bind(&m.source_id)
-        .bind(m.created_at)
-        .execute(&mut *tx)
-        .await?;
+        let mut insert = Sql::<D>::new("");
+        Self::push_message(&mut insert, m);
+        let (sql, args) = insert.into_parts()?;
+        sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         let published = Self::publish_in(&mut tx, event, now)
             .await?
             .ok_or_else(|| {
@@ -489,7 +486,9 @@ where
         space: &str,
         event_type: &str,
     ) -> Result<Subscribers> {
-        let (sql, args) = Self::subscribers_sql("", space, event_type).into_parts()?;
+        let mut select = Sql::<D>::new("");
+        Self::push_subscribers(&mut select, space, event_type);
+        let (sql, args) = select.into_parts()?;
         let destinations = sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)
             .fetch_all(&mut **tx)
             .await?;
@@ -497,18 +496,16 @@ where
     }
 
     /// The statement of [`Self::subscribers`], after `before`.
-    fn subscribers_sql<'a>(before: &str, space: &'a str, event_type: &str) -> Sql<'a, D> {
+    fn push_subscribers<'a>(sql: &mut Sql<'a, D>, space: &'a str, event_type: &str) {
         // The type, `*` and its wildcards (`order.*`, …): an IN list on the primary key.
-        let mut select = Sql::<D>::new(format!(
-            "{before}SELECT {DESTINATION} FROM destinations WHERE id IN ( \
+        sql.push(format!(
+            "SELECT {DESTINATION} FROM destinations WHERE id IN ( \
                SELECT destination_id FROM subscriptions WHERE space_id = "
-        ));
-        select
-            .push_bind(space)
-            .push(" AND event_type IN (")
-            .push_list(subscription_keys(event_type))
-            .push("))");
-        select
+        ))
+        .push_bind(space)
+        .push(" AND event_type IN (")
+        .push_list(subscription_keys(event_type))
+        .push("))");
     }
 
     /// [`Self::subscribers`]' rows, split into the active and the inactive subscribers.
@@ -528,17 +525,53 @@ where
     /// to the connection's thread: `BEGIN IMMEDIATE` with the subscribers' read, then the
     /// event, its deliveries and `COMMIT` (the rare rest — a filter that failed, a
     /// destination inactive or filtering, a fan-out wider than one INSERT — statement by
-    /// statement, as [`Self::publish_in`] writes it).
+    /// statement, as [`Self::publish_in`] writes it). A channel message's event comes with
+    /// its `message`, written before it, and the replay guard of its request (remembered
+    /// in the first round trip; `None`, nothing written, when it was remembered before).
     async fn publish_alone(
         writer: &mut super::write::Writer<'_, D::DB>,
         new: &NewEvent,
         now: UnixMs,
-    ) -> Result<Published> {
+        message: Option<(&Message, Option<IncomingReplay<'_>>)>,
+    ) -> Result<Option<Published>> {
         let e = &new.event;
         let space = e.space_id.to_string();
-        let (sql, args) =
-            Self::subscribers_sql(&writer.opening(), &space, &e.event_type).into_parts()?;
+        let replay = message.and_then(|(_, replay)| replay);
+        let webhook = replay.map(|r| r.webhook_id.to_string());
+        let opening = writer.opening();
+        let mut first = Sql::<D>::new(&opening);
+        if let (Some(r), Some(webhook)) = (replay, &webhook) {
+            first
+                .push("INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES (")
+                .push_bind(webhook.as_str())
+                .push(", ")
+                .push_bind(r.message_id)
+                .push(", ")
+                .push_bind(now)
+                .push(
+                    ") ON CONFLICT (webhook_id, message_id) DO NOTHING; \
+                     DELETE FROM incoming_replays WHERE webhook_id = ",
+                )
+                .push_bind(webhook.as_str())
+                .push(" AND seen_at < ")
+                .push_bind(now - crate::storage::REPLAY_MEMORY_MS)
+                .push("; ");
+        }
+        Self::push_subscribers(&mut first, &space, &e.event_type);
+        let (sql, args) = first.into_parts()?;
         let (mut tx, results) = writer.begin_with(sqlx::query_with(&sql, args)).await?;
+        if replay.is_some() {
+            // The replay's INSERT is the statement after the `BEGIN`, if that is in the string.
+            let fresh = results
+                .iter()
+                .filter_map(|step| step.as_ref().left())
+                .nth(usize::from(!opening.is_empty()))
+                .is_some_and(|inserted| inserted.rows_affected() == 1);
+            if !fresh {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+        }
         let rows = results
             .iter()
             .filter_map(|step| match step {
@@ -554,7 +587,12 @@ where
         Self::count_skipped(&mut tx, inactive.iter().map(|d| (*d, 1))).await?;
         Self::count_filtered(&mut tx, fan.filtered.iter().map(|d| (*d, 1))).await?;
         let payload = e.payload.to_string();
-        let mut event = Sql::<D>::new(
+        let mut event = Sql::<D>::new("");
+        if let Some((m, _)) = message {
+            Self::push_message(&mut event, m);
+            event.push("; ");
+        }
+        event.push(
             "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) ",
         );
         event.push_values([e], |mut row, e| {
@@ -597,8 +635,9 @@ where
                     let now = now.max(crate::clock::now_ms());
                     let query = D::bind_claim_for(sqlx::query_with(&whole, args), &next, now)?;
                     let results = tx.commit_with(query).await?;
-                    // After the event's INSERT and the deliveries'.
-                    claimed = Some(D::claimed_after(&results, 2)?);
+                    // After the message's INSERT (if any), the event's and the deliveries'.
+                    let statements = 2 + usize::from(message.is_some());
+                    claimed = Some(D::claimed_after(&results, statements)?);
                 }
                 None => {
                     tx.commit_with(sqlx::query_with(&whole, args)).await?;
@@ -613,13 +652,31 @@ where
             Self::insert_deliveries(&mut tx, &targets, now).await?;
             tx.commit().await?;
         }
-        Ok(Published::Created {
+        Ok(Some(Published::Created {
             event_id: e.id,
             deliveries: fan.deliveries(),
             skipped: inactive.len() as i64,
             destinations: fan.send,
             claimed,
-        })
+        }))
+    }
+
+    /// Appends the INSERT of a channel message.
+    fn push_message<'a>(sql: &mut Sql<'a, D>, m: &'a Message) {
+        sql.push(
+            "INSERT INTO messages (id, space_id, channel_id, text, attachments, source_kind, \
+             source_id, created_at) ",
+        );
+        sql.push_values([m], |mut row, m| {
+            row.push_bind(m.id.to_string())
+                .push_bind(m.space_id.to_string())
+                .push_bind(m.channel_id.to_string())
+                .push_bind(m.text.as_str())
+                .push_bind(m.attachments.as_ref().map(|a| a.to_string()))
+                .push_bind(m.source_kind.as_str())
+                .push_bind(m.source_id.as_deref())
+                .push_bind(m.created_at);
+        });
     }
 
     /// One pending delivery per (event, destination), due now or at the event's

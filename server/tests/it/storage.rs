@@ -730,6 +730,72 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    /// A channel message, its event and deliveries in one transaction, with the replay
+    /// guard of its request and the claim of its deliveries (SQLite: in the same two
+    /// round trips as a publish alone); a replay writes nothing.
+    async fn a_message_is_written_once_per_webhook_id_and_claims_its_deliveries(db) {
+        use server::storage::{ClaimLimits, ClaimNext, IncomingReplay};
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let dst = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&dst, None).await.unwrap();
+        let channel = Channel { id: ChannelId::new(), space_id: s.id, name: "general".into(), created_at: NOW };
+        store.create_channel(&channel, None).await.unwrap();
+        let hook = IncomingWebhook {
+            id: IncomingWebhookId::new(),
+            space_id: s.id,
+            channel_id: channel.id,
+            name: "ci".into(),
+            token_hash: "token-hash".into(),
+            signing_secret: None,
+            status: IncomingWebhookStatus::Active,
+            consecutive_failures: 0,
+            created_at: NOW,
+            updated_at: NOW,
+            disabled_at: None,
+        };
+        store.create_incoming_webhook(&hook, None).await.unwrap();
+        let message = |text: &str| Message {
+            id: MessageId::new(),
+            space_id: s.id,
+            channel_id: channel.id,
+            text: text.into(),
+            attachments: Some(json!([{"title": "a"}])),
+            source_kind: MessageSourceKind::IncomingWebhook,
+            source_id: Some(hook.id.to_string()),
+            created_at: NOW,
+        };
+        let limits = ClaimLimits { per_destination: 5, retries: i64::MAX, plans: None };
+        let mut e = event(s.id, "message.created");
+        e.claim = Some(ClaimNext { destinations: Vec::new(), limit: 16, lease_margin_ms: 60_000, limits });
+        let now = server::clock::now_ms();
+        let replay = || Some(IncomingReplay { webhook_id: hook.id, message_id: "msg-1" });
+        let first = message("hello");
+        let published = store.post_message(&first, &e, replay(), now).await.unwrap();
+        let Some(Published::Created { deliveries, destinations, claimed, .. }) = published else {
+            panic!("expected a new message, got {published:?}");
+        };
+        assert_eq!((deliveries, destinations), (1, vec![dst.id]));
+        if db.url.starts_with("sqlite") {
+            let claimed = claimed.expect("SQLite claims in the message's transaction");
+            assert_eq!(claimed.deliveries.len(), 1);
+            assert_eq!(claimed.deliveries[0].event_id, e.event.id);
+            assert_eq!(claimed.deliveries[0].status, DeliveryStatus::Sending);
+        } else {
+            assert_eq!(claimed, None);
+        }
+        // The same request again writes nothing; another ID of the same webhook does.
+        let again = store.post_message(&message("hello"), &event(s.id, "message.created"), replay(), now).await.unwrap();
+        assert_eq!(again, None);
+        let other = IncomingReplay { webhook_id: hook.id, message_id: "msg-2" };
+        let second = message("again");
+        assert!(store.post_message(&second, &event(s.id, "message.created"), Some(other), now).await.unwrap().is_some());
+        let listed = store.list_messages(channel.id, Page::first(10)).await.unwrap();
+        assert_eq!(listed, vec![second, first]);
+    }
+}
+
+on_both_backends! {
     /// A group of finished attempts and the claim of the slots they free, in one
     /// transaction on SQLite (eight attempts a string, the claim with the last ones): every
     /// attempt is recorded, and each destination's freed slots are filled from its own
