@@ -223,6 +223,11 @@ async fn receive(
         Err(Refusal::RateLimited(_)) => return into_response(outcome),
         Err(Refusal::Failed(_)) => false,
     };
+    // A success after successes changes nothing: no write (the count was read with the
+    // webhook, a moment ago; a failure counted meanwhile counts as after this request).
+    if success && webhook.consecutive_failures == 0 {
+        return into_response(outcome);
+    }
     let limits = &state.config.limits;
     match state
         .storage

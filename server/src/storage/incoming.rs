@@ -204,18 +204,21 @@ where
         disable_after: i64,
         now: UnixMs,
     ) -> Result<IncomingEffects> {
-        let mut writer = self.writes.writer(Durability::Full).await?;
-        let mut tx = writer.begin().await?;
         if success {
-            sqlx::query(
-                "UPDATE incoming_webhooks SET consecutive_failures = 0 WHERE id = $1 AND consecutive_failures <> 0",
+            // One statement, a transaction of its own: one round trip.
+            self.execute(
+                Durability::Full,
+                sqlx::query(
+                    "UPDATE incoming_webhooks SET consecutive_failures = 0 \
+                     WHERE id = $1 AND consecutive_failures <> 0",
+                )
+                .bind(id.to_string()),
             )
-            .bind(id.to_string())
-            .execute(&mut *tx)
             .await?;
-            tx.commit().await?;
             return Ok(IncomingEffects::default());
         }
+        let mut writer = self.writes.writer(Durability::Full).await?;
+        let mut tx = writer.begin().await?;
         let (failures, status, name, space_id): (i64, String, String, String) = sqlx::query_as(
             "UPDATE incoming_webhooks SET consecutive_failures = consecutive_failures + 1, updated_at = $1 \
              WHERE id = $2 RETURNING consecutive_failures, status, name, space_id",

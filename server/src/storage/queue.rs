@@ -508,6 +508,36 @@ where
         now: UnixMs,
     ) -> Result<(i64, i64)> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
+        if D::BACKEND == Backend::Sqlite && wanted <= RATE_ROWS_PER_INSERT {
+            // The whole transaction in one string, one round trip: `BEGIN`, the slots, when
+            // the oldest frees, `COMMIT`.
+            let now = now.max(crate::clock::now_ms());
+            let sql = format!(
+                "{}{}; SELECT MIN(at) FROM rate_events WHERE key = $1; COMMIT",
+                writer.opening(),
+                slots_batch(wanted)
+            );
+            let query = sqlx::query(&sql)
+                .bind(key)
+                .bind(now)
+                .bind(now - window_ms)
+                .bind(limit);
+            let results = writer.run_transaction_batch(query).await?;
+            // `BEGIN`, the key's row, the window's end, the slots: the fourth statement.
+            let granted = results
+                .iter()
+                .filter_map(|step| step.as_ref().left())
+                .nth(3)
+                .map_or(0, |done| done.rows_affected() as i64);
+            let oldest = match results.iter().find_map(|step| step.as_ref().right()) {
+                Some(row) => sqlx::Row::try_get::<Option<i64>, _>(row, 0usize)?,
+                None => None,
+            };
+            return Ok((
+                granted,
+                slot_frees_in(oldest, window_ms, now, granted < wanted),
+            ));
+        }
         let mut tx = writer.begin().await?;
         let taken = Self::take_slots_in(&mut tx, key, wanted, limit, window_ms, now).await?;
         tx.commit().await?;
@@ -616,7 +646,7 @@ where
                 .bind(key)
                 .fetch_one(&mut **tx)
                 .await?;
-        Ok((oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms))
+        Ok(slot_frees_in(oldest, window_ms, now, true))
     }
 
     /// [`Self::take_slots_in`] on SQLite, where the transaction already holds the one write
@@ -632,15 +662,7 @@ where
     ) -> Result<(i64, i64)> {
         use futures_util::TryStreamExt as _;
         let now = now.max(crate::clock::now_ms());
-        let numbers: Vec<String> = (1..=wanted).map(|n| format!("({n})")).collect();
-        let batch = format!(
-            "INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
-             ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at; \
-             DELETE FROM rate_events WHERE key = $1 AND at <= $3; \
-             INSERT INTO rate_events (key, at) SELECT $1, $2 FROM (VALUES {}) AS v \
-             WHERE v.column1 <= $4 - (SELECT taken FROM rate_keys WHERE key = $1)",
-            numbers.join(", ")
-        );
+        let batch = slots_batch(wanted);
         let query = sqlx::query(&batch)
             .bind(key)
             .bind(now)
@@ -1230,6 +1252,32 @@ pub(super) const FINISH_PARAMETERS: usize = 27;
 
 /// `sql` with every parameter `$n` renamed `$(n + by)`, so several statements that each
 /// number theirs from `$1` can share one string and one argument list.
+/// SQLite's statements that take up to `wanted` slots of a rate window at once: the key's
+/// row (`$1`, touched at `$2`), the window's end (slots at or before `$3` go), then as many
+/// slots as the running count leaves under the limit (`$4`); the last statement's changed
+/// rows are the slots granted.
+fn slots_batch(wanted: i64) -> String {
+    let numbers: Vec<String> = (1..=wanted).map(|n| format!("({n})")).collect();
+    format!(
+        "INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
+         ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at; \
+         DELETE FROM rate_events WHERE key = $1 AND at <= $3; \
+         INSERT INTO rate_events (key, at) SELECT $1, $2 FROM (VALUES {}) AS v \
+         WHERE v.column1 <= $4 - (SELECT taken FROM rate_keys WHERE key = $1)",
+        numbers.join(", ")
+    )
+}
+
+/// The milliseconds until a slot of a window frees, from its oldest slot (`None`: none
+/// left, a whole window), at least 1; 0 when none is awaited (`short`: fewer slots
+/// granted than wanted).
+fn slot_frees_in(oldest: Option<UnixMs>, window_ms: i64, now: UnixMs, short: bool) -> i64 {
+    if !short {
+        return 0;
+    }
+    (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
+}
+
 pub(super) fn renumbered(sql: &str, by: usize) -> String {
     let mut out = String::with_capacity(sql.len() + sql.len() / 8);
     let mut rest = sql;
@@ -1282,7 +1330,16 @@ fn finish_update_sql() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::renumbered;
+    use super::{renumbered, slot_frees_in};
+
+    #[test]
+    fn a_slot_frees_when_the_oldest_leaves_the_window_and_none_is_awaited_when_all_were_granted() {
+        assert_eq!(slot_frees_in(Some(1_000), 1_025, 1_500, true), 525);
+        assert_eq!(slot_frees_in(Some(1_000), 1_025, 1_500, false), 0);
+        // None left: a whole window; never 0 or less when one is awaited.
+        assert_eq!(slot_frees_in(None, 1_025, 1_500, true), 1_025);
+        assert_eq!(slot_frees_in(Some(100), 1_025, 5_000, true), 1);
+    }
 
     #[test]
     fn renumbering_moves_every_parameter_and_nothing_else() {
