@@ -200,8 +200,8 @@ async fn receive(
     let Ok(Path((webhook_id, token))) = path else {
         return invalid_token().into_response();
     };
-    let webhook = match authenticate(&state, &webhook_id, &token).await {
-        Ok(w) => w,
+    let (webhook, plan, channel) = match authenticate(&state, &webhook_id, &token).await {
+        Ok(found) => found,
         Err(e) => return e.into_response(),
     };
     if webhook.status == IncomingWebhookStatus::Disabled {
@@ -217,7 +217,7 @@ async fn receive(
         .into_response();
     }
 
-    let outcome = accept(&state, &webhook, request).await;
+    let outcome = accept(&state, &webhook, plan, &channel, request).await;
     let success = match &outcome {
         Ok(_) => true,
         Err(Refusal::RateLimited(_)) => return into_response(outcome),
@@ -276,20 +276,21 @@ fn into_response(outcome: Result<MessageView, Refusal>) -> Response {
     }
 }
 
-/// The webhook the path names, if the token is its own; otherwise 401 `invalid_token`.
+/// The webhook the path names, if the token is its own, with its space's plan and its
+/// channel (read with it); otherwise 401 `invalid_token`.
 async fn authenticate(
     state: &AppState,
     webhook_id: &str,
     token: &str,
-) -> Result<IncomingWebhook, ApiError> {
+) -> Result<(IncomingWebhook, Plan, Channel), ApiError> {
     let id: IncomingWebhookId = webhook_id.parse().map_err(|_| invalid_token())?;
-    let webhook = match state.storage.get_incoming_webhook_by_id(id).await {
-        Ok(w) => w,
+    let (webhook, plan, channel) = match state.storage.get_incoming_webhook_to_post(id).await {
+        Ok(found) => found,
         Err(StorageError::NotFound) => return Err(invalid_token()),
         Err(e) => return Err(e.into()),
     };
     if same_digest(&auth::hash_token(token), &webhook.token_hash) {
-        Ok(webhook)
+        Ok((webhook, plan, channel))
     } else {
         Err(invalid_token())
     }
@@ -300,6 +301,8 @@ async fn authenticate(
 async fn accept(
     state: &AppState,
     webhook: &IncomingWebhook,
+    plan: Plan,
+    channel: &Channel,
     request: Request,
 ) -> Result<MessageView, Refusal> {
     let headers = request.headers().clone();
@@ -343,17 +346,12 @@ async fn accept(
     }
     let new = message.check(state.config.limits.message_max_chars)?;
 
-    let space = state.storage.get_space(webhook.space_id).await?;
-    let limit = state.config.limits.incoming_per_second.for_plan(space.plan);
+    let limit = state.config.limits.incoming_per_second.for_plan(plan);
     let window = Window::IncomingWebhook(webhook.id);
     if let Some(limited) = rate::take_slot(state.storage.as_ref(), window, limit, now_ms()).await? {
         return Err(Refusal::RateLimited(limited));
     }
 
-    let channel = state
-        .storage
-        .get_channel(webhook.space_id, webhook.channel_id)
-        .await?;
     // The replay check is part of the message's own transaction.
     let replay = signed_id.as_deref().map(|message_id| IncomingReplay {
         webhook_id: webhook.id,
@@ -366,7 +364,7 @@ async fn accept(
             schemas: &state.schemas,
             programs: &state.sandbox,
         },
-        &channel,
+        channel,
         new,
         Source::IncomingWebhook(webhook.id),
         replay,

@@ -23,6 +23,12 @@ pub trait IncomingStore: Send + Sync + std::fmt::Debug {
         audit: Option<&AuditEntry>,
     ) -> Result<()>;
     async fn get_incoming_webhook_by_id(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
+    /// The webhook with what posting through it reads: its space's plan (the rate limit)
+    /// and its channel, in one read.
+    async fn get_incoming_webhook_to_post(
+        &self,
+        id: IncomingWebhookId,
+    ) -> Result<(IncomingWebhook, Plan, Channel)>;
     /// A page of the space's incoming webhooks, newest first (the REST API).
     async fn list_incoming_webhooks(
         &self,
@@ -135,6 +141,38 @@ where
             .fetch_one(&self.read)
             .await?
             .try_into()
+    }
+
+    async fn get_incoming_webhook_to_post(
+        &self,
+        id: IncomingWebhookId,
+    ) -> Result<(IncomingWebhook, Plan, Channel)> {
+        let columns: Vec<String> = INCOMING_WEBHOOK
+            .split(',')
+            .map(|c| format!("w.{}", c.trim()))
+            .collect();
+        let sql = format!(
+            "SELECT {}, s.plan AS space_plan, c.name AS channel_name, \
+               c.created_at AS channel_created_at \
+             FROM incoming_webhooks w JOIN spaces s ON s.id = w.space_id \
+               JOIN channels c ON c.id = w.channel_id \
+             WHERE w.id = $1",
+            columns.join(", ")
+        );
+        let row = sqlx::query(&sql)
+            .bind(id.to_string())
+            .fetch_one(&self.read)
+            .await?;
+        let webhook: IncomingWebhook =
+            <IncomingWebhookRow as sqlx::FromRow<_>>::from_row(&row)?.try_into()?;
+        let plan: String = sqlx::Row::try_get(&row, "space_plan")?;
+        let channel = Channel {
+            id: webhook.channel_id,
+            space_id: webhook.space_id,
+            name: sqlx::Row::try_get(&row, "channel_name")?,
+            created_at: sqlx::Row::try_get(&row, "channel_created_at")?,
+        };
+        Ok((webhook, parse("spaces.plan", &plan)?, channel))
     }
 
     async fn list_incoming_webhooks(

@@ -755,6 +755,10 @@ on_both_backends! {
             disabled_at: None,
         };
         store.create_incoming_webhook(&hook, None).await.unwrap();
+        // What posting through it reads, in one read.
+        let to_post = store.get_incoming_webhook_to_post(hook.id).await.unwrap();
+        assert_eq!(to_post, (hook.clone(), Plan::Free, channel.clone()));
+        assert!(matches!(store.get_incoming_webhook_to_post(IncomingWebhookId::new()).await, Err(StorageError::NotFound)));
         let message = |text: &str| Message {
             id: MessageId::new(),
             space_id: s.id,
