@@ -224,26 +224,23 @@ where
             // Remembered only if this transaction commits: a failure below forgets it.
             // On PostgreSQL a concurrent request with the same ID waits here for
             // this one's outcome.
-            let fresh = sqlx::query(
-                "INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES ($1, $2, $3) \
-                 ON CONFLICT (webhook_id, message_id) DO NOTHING",
-            )
-            .bind(r.webhook_id.to_string())
-            .bind(r.message_id)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected()
+            let webhook = r.webhook_id.to_string();
+            let mut remember = Sql::<D>::new("");
+            Self::push_remember(&mut remember, &webhook, r.message_id, now);
+            let (sql, args) = remember.into_parts()?;
+            let fresh = sqlx::query_with(&sql, args)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected()
                 == 1;
             if !fresh {
                 tx.rollback().await?;
                 return Ok(None);
             }
-            sqlx::query("DELETE FROM incoming_replays WHERE webhook_id = $1 AND seen_at < $2")
-                .bind(r.webhook_id.to_string())
-                .bind(now - crate::storage::REPLAY_MEMORY_MS)
-                .execute(&mut *tx)
-                .await?;
+            let mut forget = Sql::<D>::new("");
+            Self::push_forget_old(&mut forget, &webhook, now);
+            let (sql, args) = forget.into_parts()?;
+            sqlx::query_with(&sql, args).execute(&mut *tx).await?;
         }
         let mut insert = Sql::<D>::new("");
         Self::push_message(&mut insert, m);
@@ -541,21 +538,10 @@ where
         let opening = writer.opening();
         let mut first = Sql::<D>::new(&opening);
         if let (Some(r), Some(webhook)) = (replay, &webhook) {
-            first
-                .push("INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES (")
-                .push_bind(webhook.as_str())
-                .push(", ")
-                .push_bind(r.message_id)
-                .push(", ")
-                .push_bind(now)
-                .push(
-                    ") ON CONFLICT (webhook_id, message_id) DO NOTHING; \
-                     DELETE FROM incoming_replays WHERE webhook_id = ",
-                )
-                .push_bind(webhook.as_str())
-                .push(" AND seen_at < ")
-                .push_bind(now - crate::storage::REPLAY_MEMORY_MS)
-                .push("; ");
+            Self::push_remember(&mut first, webhook, r.message_id, now);
+            first.push("; ");
+            Self::push_forget_old(&mut first, webhook, now);
+            first.push("; ");
         }
         Self::push_subscribers(&mut first, &space, &e.event_type);
         let (sql, args) = first.into_parts()?;
@@ -659,6 +645,26 @@ where
             destinations: fan.send,
             claimed,
         }))
+    }
+
+    /// Appends the replay guard's INSERT of a signed request's `webhook-id`: it changes a row
+    /// only when the ID is new.
+    fn push_remember<'a>(sql: &mut Sql<'a, D>, webhook: &'a str, message_id: &'a str, now: UnixMs) {
+        sql.push("INSERT INTO incoming_replays (webhook_id, message_id, seen_at) VALUES (")
+            .push_bind(webhook)
+            .push(", ")
+            .push_bind(message_id)
+            .push(", ")
+            .push_bind(now)
+            .push(") ON CONFLICT (webhook_id, message_id) DO NOTHING");
+    }
+
+    /// Appends the DELETE of the webhook's remembered IDs older than the replay memory.
+    fn push_forget_old<'a>(sql: &mut Sql<'a, D>, webhook: &'a str, now: UnixMs) {
+        sql.push("DELETE FROM incoming_replays WHERE webhook_id = ")
+            .push_bind(webhook)
+            .push(" AND seen_at < ")
+            .push_bind(now - crate::storage::REPLAY_MEMORY_MS);
     }
 
     /// Appends the INSERT of a channel message.
