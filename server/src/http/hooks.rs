@@ -364,7 +364,7 @@ async fn accept(
             schemas: &state.schemas,
             programs: &state.sandbox,
         },
-        channel,
+        channel.into(),
         new,
         Source::IncomingWebhook(webhook.id),
         replay,

@@ -17,7 +17,7 @@ use super::OpsError;
 use crate::clock::rfc3339;
 use crate::dispatch::engine::EngineHandle;
 use crate::domain::*;
-use crate::storage::{IncomingReplay, NewEvent, Published, Storage};
+use crate::storage::{IncomingReplay, NewEvent, PublishChecks, Published, Storage};
 
 /// The type of the event every new message emits (docs §1).
 pub const MESSAGE_CREATED: &str = "message.created";
@@ -160,18 +160,35 @@ pub struct Judges<'a, P> {
     pub programs: &'a P,
 }
 
-/// Stores a message in `channel` and its `message.created` event fanned out to the
+/// The channel a message goes into, with its space's publish checks for
+/// `message.created` when the caller read them with its own look-up (a bot reads its
+/// token, the channel and the checks in one read); `None` reads them here.
+pub struct Target<'a> {
+    pub channel: &'a Channel,
+    pub checks: Option<PublishChecks>,
+}
+
+impl<'a> From<&'a Channel> for Target<'a> {
+    fn from(channel: &'a Channel) -> Self {
+        Self {
+            channel,
+            checks: None,
+        }
+    }
+}
+
+/// Stores a message in `to`'s channel and its `message.created` event fanned out to the
 /// subscribed destinations (after the [`Judges`]), in one transaction; hints the engine
 /// about the destinations that have something to send.
 pub async fn post(
     store: &dyn Storage,
     engine: &EngineHandle,
     judges: Judges<'_, impl ProgramRun>,
-    channel: &Channel,
+    to: Target<'_>,
     new: NewMessage,
     source: Source,
 ) -> Result<Message, OpsError> {
-    post_once(store, engine, judges, channel, new, source, None)
+    post_once(store, engine, judges, to, new, source, None)
         .await?
         .ok_or_else(|| {
             OpsError::Internal(anyhow::anyhow!("a message without a webhook-id replayed"))
@@ -185,25 +202,30 @@ pub async fn post_once(
     store: &dyn Storage,
     engine: &EngineHandle,
     judges: Judges<'_, impl ProgramRun>,
-    channel: &Channel,
+    to: Target<'_>,
     new: NewMessage,
     source: Source,
     replay: Option<IncomingReplay<'_>>,
 ) -> Result<Option<Message>, OpsError> {
     let now = crate::clock::now_ms();
-    let message = message(channel, new, source, now);
+    let message = message(to.channel, new, source, now);
     let event = Event {
         id: EventId::new_in_order(),
-        space_id: channel.space_id,
+        space_id: to.channel.space_id,
         event_type: MESSAGE_CREATED.into(),
         payload: payload(&message)?,
         created_at: now,
         deliver_at: None,
     };
-    // The schema's version and the filtering destinations, in one read.
-    let checks = store
-        .publish_checks(event.space_id, &event.event_type)
-        .await?;
+    // The schema's version and the filtering destinations, in one read (unless read).
+    let checks = match to.checks {
+        Some(checks) => checks,
+        None => {
+            store
+                .publish_checks(event.space_id, &event.event_type)
+                .await?
+        }
+    };
     check_payload_at(
         store,
         judges.schemas,

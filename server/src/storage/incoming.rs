@@ -13,6 +13,11 @@ pub(super) const INCOMING_WEBHOOK: &str =
 
 pub(super) const BOT: &str = "id, space_id, name, token_hash, created_at, revoked_at";
 
+/// [`BOT`] of the table `b`, each column named `bot_…`, beside another table's.
+pub(super) const BOT_AS_BOT: &str = "b.id AS bot_id, b.space_id AS bot_space_id, \
+    b.name AS bot_name, b.token_hash AS bot_token_hash, b.created_at AS bot_created_at, \
+    b.revoked_at AS bot_revoked_at";
+
 /// Incoming webhooks and bots: their management (REST API, console) and the look-ups
 /// and streak counting of the requests they authenticate.
 #[async_trait]
@@ -62,7 +67,6 @@ pub trait IncomingStore: Send + Sync + std::fmt::Debug {
         now: UnixMs,
     ) -> Result<IncomingEffects>;
     async fn create_bot(&self, bot: &Bot, audit: Option<&AuditEntry>) -> Result<()>;
-    async fn find_bot_by_token_hash(&self, token_hash: &str) -> Result<Bot>;
     /// A page of the space's bots, newest first (the REST API).
     async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>>;
     /// Every bot of the space (revoked ones too), oldest first (the console).
@@ -311,18 +315,6 @@ where
         Ok(())
     }
 
-    async fn find_bot_by_token_hash(&self, token_hash: &str) -> Result<Bot> {
-        let sql = format!(
-            "SELECT {} FROM bots WHERE token_hash = $1 AND revoked_at IS NULL",
-            BOT
-        );
-        sqlx::query_as::<_, BotRow>(&sql)
-            .bind(token_hash)
-            .fetch_one(&self.read)
-            .await?
-            .try_into()
-    }
-
     async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>> {
         let rows: Vec<BotRow> = self
             .keyset_page((BOT, "bots"), ("space_id", space_id.to_string()), "", page)
@@ -423,12 +415,12 @@ impl TryFrom<IncomingWebhookRow> for IncomingWebhook {
 
 #[derive(sqlx::FromRow)]
 pub(super) struct BotRow {
-    id: String,
-    space_id: String,
-    name: String,
-    token_hash: String,
-    created_at: i64,
-    revoked_at: Option<i64>,
+    pub(super) id: String,
+    pub(super) space_id: String,
+    pub(super) name: String,
+    pub(super) token_hash: String,
+    pub(super) created_at: i64,
+    pub(super) revoked_at: Option<i64>,
 }
 
 impl TryFrom<BotRow> for Bot {

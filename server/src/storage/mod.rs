@@ -35,7 +35,9 @@
 //! - `get_x(space_id, id)` reads a record of one space; `get_x_by_id(id)` reads it across
 //!   spaces (the console's admin links, the engine, incoming requests).
 //! - `find_x_by_y(…)` looks a record up by a secret or another unique key
-//!   (`find_api_key_by_hash`, `find_bot_by_token_hash`, `find_user_by_email`).
+//!   (`find_api_key_by_hash`, `find_user_by_email`).
+//! - `…_to_post` reads a record with all that posting through it reads, in one statement
+//!   (`get_incoming_webhook_to_post`, `find_bot_to_post`).
 //! - `list_x(…, page)` reads a keyset page, newest first (the REST API);
 //!   `list_all_x(…)` reads every row (the console).
 //!

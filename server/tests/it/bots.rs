@@ -112,6 +112,13 @@ on_both_backends! {
         )
         .await;
         assert_eq!((none.status, none.code()), (401, "invalid_bot_token"));
+        // The token is looked up with the channel and what the message reads, in one
+        // read; a body refused before it still answers the token's 401 first, and a good
+        // token's broken body is refused before an unknown channel.
+        let broken = Answer::of(bot_request(&client, &p, &channel, &format!("Bot pfb_{}", "x".repeat(40)), "{").send().await.unwrap()).await;
+        assert_eq!((broken.status, broken.code()), (401, "invalid_bot_token"), "{broken:?}");
+        let nowhere = Answer::of(bot_request(&client, &p, "nope", &format!("Bot {token}"), "{}").send().await.unwrap()).await;
+        assert_eq!((nowhere.status, nowhere.code()), (422, "invalid_body"), "{nowhere:?}");
 
         assert_eq!(bot_post(&p, &channel, token, json!({"text": "hi"})).await.status, 201);
         let (status, revoked) = p.post(&format!("/bots/{}/revoke", b["id"].as_str().unwrap()), json!({})).await;

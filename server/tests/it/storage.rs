@@ -415,10 +415,35 @@ on_both_backends! {
 
         let bot = Bot { id: BotId::new(), space_id: s.id, name: "deploy-bot".into(), token_hash: "bh".into(), created_at: NOW, revoked_at: None };
         store.create_bot(&bot, None).await.unwrap();
-        assert_eq!(store.find_bot_by_token_hash("bh").await.unwrap(), bot);
-        assert!(matches!(store.find_bot_by_token_hash("nope").await, Err(StorageError::NotFound)));
+        // The bot, its space's channel and the publish checks, in one read.
+        let (found, of_bot, checks) = store.find_bot_to_post("bh", Some(channel.id), "message.created").await.unwrap();
+        assert_eq!((found, of_bot), (bot.clone(), Some(channel.clone())));
+        assert_eq!((checks.schema_version, checks.filtering.len()), (None, 0));
+        let (_, unknown, _) = store.find_bot_to_post("bh", Some(ChannelId::new()), "message.created").await.unwrap();
+        assert_eq!(unknown, None);
+        let (_, none, _) = store.find_bot_to_post("bh", None, "message.created").await.unwrap();
+        assert_eq!(none, None);
+        assert!(matches!(store.find_bot_to_post("nope", Some(channel.id), "message.created").await, Err(StorageError::NotFound)));
+        // Another space's channel is not the bot's; its space's filtering destination is
+        // in the checks, another space's is not.
+        let other = space(store, Plan::Free).await;
+        let elsewhere = Channel { id: ChannelId::new(), space_id: other.id, name: "alerts".into(), created_at: NOW };
+        store.create_channel(&elsewhere, None).await.unwrap();
+        let mut filtering = destination(s.id, None, DestinationStatus::Active);
+        filtering.filter = Some(".n > 1".into());
+        let mut theirs = destination(other.id, None, DestinationStatus::Active);
+        theirs.filter = Some(".n > 1".into());
+        for d in [&filtering, &theirs] {
+            store.create_destination(d, None).await.unwrap();
+        }
+        let (_, foreign, checks) = store.find_bot_to_post("bh", Some(elsewhere.id), "message.created").await.unwrap();
+        assert_eq!(foreign, None);
+        assert_eq!(checks.filtering.iter().map(|d| d.id).collect::<Vec<_>>(), vec![filtering.id]);
         assert_eq!(store.list_all_bots(s.id).await.unwrap().len(), 1);
         assert!(store.list_messages(channel.id, Page::first(10)).await.unwrap().is_empty());
+        // A revoked bot finds nothing.
+        store.revoke_bot(s.id, bot.id, NOW + 1, None).await.unwrap();
+        assert!(matches!(store.find_bot_to_post("bh", Some(channel.id), "message.created").await, Err(StorageError::NotFound)));
     }
 }
 

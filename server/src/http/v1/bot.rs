@@ -38,8 +38,9 @@ pub fn router() -> Router<AppState> {
         .route_layer(axum::middleware::from_fn(crate::http::metrics::track_bot))
 }
 
-/// The live bot whose token is in `Authorization: Bot <token>`.
-struct BotCaller(Bot);
+/// The token in `Authorization: Bot <token>`, hashed; the bot is looked up with what its
+/// message reads ([`post_as_bot`]).
+struct BotToken(String);
 
 /// 401 `invalid_bot_token`, with the scheme the API expects.
 struct InvalidBotToken;
@@ -59,11 +60,11 @@ impl IntoResponse for InvalidBotToken {
     }
 }
 
-impl FromRequestParts<AppState> for BotCaller {
+impl FromRequestParts<AppState> for BotToken {
     type Rejection = Response;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let token = parts
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, Response> {
+        parts
             .headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -71,16 +72,8 @@ impl FromRequestParts<AppState> for BotCaller {
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bot"))
             .map(|(_, token)| token.trim())
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| InvalidBotToken.into_response())?;
-        match state
-            .storage
-            .find_bot_by_token_hash(&auth::hash_token(token))
-            .await
-        {
-            Ok(bot) => Ok(BotCaller(bot)),
-            Err(StorageError::NotFound) => Err(InvalidBotToken.into_response()),
-            Err(e) => Err(ApiError::from(e).into_response()),
-        }
+            .map(|token| BotToken(auth::hash_token(token)))
+            .ok_or_else(|| InvalidBotToken.into_response())
     }
 }
 
@@ -122,17 +115,29 @@ struct BotChannelPath {
 )]
 async fn post_as_bot(
     State(state): State<AppState>,
-    BotCaller(bot): BotCaller,
+    BotToken(token_hash): BotToken,
     Path(channel_id): Path<String>,
-    ApiJson(body): ApiJson<MessageBody>,
+    body: Result<ApiJson<MessageBody>, ApiError>,
 ) -> Result<Response, ApiError> {
-    // A channel of another space is as unknown to the bot as one that does not exist.
-    let not_found = || ApiError::NotFound(format!("no channel {channel_id:?}"));
-    let id: ChannelId = channel_id.parse().map_err(|_| not_found())?;
-    let channel = match state.storage.get_channel(bot.space_id, id).await {
-        Ok(c) => c,
-        Err(StorageError::NotFound) => return Err(not_found()),
+    // The bot, its channel and the publish checks, in one read. A body refused before
+    // that read looks the bot up alone: the token's 401 comes first, as on every route.
+    let id = match body {
+        Ok(_) => channel_id.parse::<ChannelId>().ok(),
+        Err(_) => None,
+    };
+    let (bot, channel, checks) = match state
+        .storage
+        .find_bot_to_post(&token_hash, id, messages::MESSAGE_CREATED)
+        .await
+    {
+        Ok(found) => found,
+        Err(StorageError::NotFound) => return Ok(InvalidBotToken.into_response()),
         Err(e) => return Err(e.into()),
+    };
+    let ApiJson(body) = body?;
+    // A channel of another space is as unknown to the bot as one that does not exist.
+    let Some(channel) = channel else {
+        return Err(ApiError::NotFound(format!("no channel {channel_id:?}")));
     };
     let limits = &state.config.limits;
     let new = body.check(limits.message_max_chars)?;
@@ -153,7 +158,10 @@ async fn post_as_bot(
             schemas: &state.schemas,
             programs: &state.sandbox,
         },
-        &channel,
+        messages::Target {
+            channel: &channel,
+            checks: Some(checks),
+        },
         new,
         Source::Bot(bot.id),
     )

@@ -404,7 +404,7 @@ async fn post_with_api_key(
             schemas: &state.schemas,
             programs: &state.sandbox,
         },
-        &channel,
+        (&channel).into(),
         new,
         Source::Api(caller.key.id),
     )
