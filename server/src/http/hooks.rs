@@ -49,7 +49,7 @@ use crate::http::AppState;
 use crate::ops::messages::{self, MessageView, Source};
 use crate::ops::rate::{self, Limited, Window};
 use crate::ops::OpsError;
-use crate::storage::{IncomingReplay, StorageError};
+use crate::storage::{IncomingReplay, StorageError, WebhookToPost};
 
 /// How far a `webhook-timestamp` may be from our clock, either way (the Standard
 /// Webhooks default); older signed requests are refused as possible replays.
@@ -200,7 +200,12 @@ async fn receive(
     let Ok(Path((webhook_id, token))) = path else {
         return invalid_token().into_response();
     };
-    let (webhook, plan, channel) = match authenticate(&state, &webhook_id, &token).await {
+    let WebhookToPost {
+        webhook,
+        plan,
+        channel,
+        checks,
+    } = match authenticate(&state, &webhook_id, &token).await {
         Ok(found) => found,
         Err(e) => return e.into_response(),
     };
@@ -217,7 +222,11 @@ async fn receive(
         .into_response();
     }
 
-    let outcome = accept(&state, &webhook, plan, &channel, request).await;
+    let to = messages::Target {
+        channel: &channel,
+        checks: Some(checks),
+    };
+    let outcome = accept(&state, &webhook, plan, to, request).await;
     let success = match &outcome {
         Ok(_) => true,
         Err(Refusal::RateLimited(_)) => return into_response(outcome),
@@ -276,21 +285,26 @@ fn into_response(outcome: Result<MessageView, Refusal>) -> Response {
     }
 }
 
-/// The webhook the path names, if the token is its own, with its space's plan and its
-/// channel (read with it); otherwise 401 `invalid_token`.
+/// The webhook the path names, if the token is its own, with what posting through it
+/// reads (read with it: its space's plan, its channel, the publish checks); otherwise 401
+/// `invalid_token`.
 async fn authenticate(
     state: &AppState,
     webhook_id: &str,
     token: &str,
-) -> Result<(IncomingWebhook, Plan, Channel), ApiError> {
+) -> Result<WebhookToPost, ApiError> {
     let id: IncomingWebhookId = webhook_id.parse().map_err(|_| invalid_token())?;
-    let (webhook, plan, channel) = match state.storage.get_incoming_webhook_to_post(id).await {
+    let found = match state
+        .storage
+        .get_incoming_webhook_to_post(id, messages::MESSAGE_CREATED)
+        .await
+    {
         Ok(found) => found,
         Err(StorageError::NotFound) => return Err(invalid_token()),
         Err(e) => return Err(e.into()),
     };
-    if same_digest(&auth::hash_token(token), &webhook.token_hash) {
-        Ok((webhook, plan, channel))
+    if same_digest(&auth::hash_token(token), &found.webhook.token_hash) {
+        Ok(found)
     } else {
         Err(invalid_token())
     }
@@ -302,7 +316,7 @@ async fn accept(
     state: &AppState,
     webhook: &IncomingWebhook,
     plan: Plan,
-    channel: &Channel,
+    to: messages::Target<'_>,
     request: Request,
 ) -> Result<MessageView, Refusal> {
     let headers = request.headers().clone();
@@ -364,7 +378,7 @@ async fn accept(
             schemas: &state.schemas,
             programs: &state.sandbox,
         },
-        channel.into(),
+        to,
         new,
         Source::IncomingWebhook(webhook.id),
         replay,

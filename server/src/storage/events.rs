@@ -7,7 +7,6 @@ use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
 use super::destinations::{DestinationRow, DESTINATION};
-use super::incoming::{BotRow, BOT_AS_BOT};
 use super::store::{
     convert_all, json, parse, Args, Conn, DbRow, Dialect, RowsAffected, Sql, SqlArg, SqlValue,
     Store,
@@ -78,22 +77,12 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
         space_id: SpaceId,
         event_type: &str,
     ) -> Result<(ApiKey, PublishChecks)>;
-    /// The live bot whose token hashes to `token_hash` (`NotFound` otherwise), its space's
-    /// channel `channel_id` (`None`: no such channel there, or no ID), and
-    /// [`Self::publish_checks`] of its space for `event_type`, in one read: all a bot's
-    /// message reads before it writes (three round trips before).
-    async fn find_bot_to_post(
-        &self,
-        token_hash: &str,
-        channel_id: Option<ChannelId>,
-        event_type: &str,
-    ) -> Result<(Bot, Option<Channel>, PublishChecks)>;
 }
 
 /// What [`EventStore::publish_checks`] reads of `space`'s catalogue for `event_type` (SQL
 /// expressions, which may name a column of the statement's first table): the schema's
 /// version, and a filtering destination's columns from [`filtering_in`]'s join.
-fn checks_of_space(space: &str, event_type: &str) -> String {
+pub(super) fn checks_of_space(space: &str, event_type: &str) -> String {
     format!(
         "(SELECT updated_at FROM event_types \
            WHERE space_id = {space} AND name = {event_type} AND schema IS NOT NULL) AS schema_version, d.*"
@@ -102,7 +91,7 @@ fn checks_of_space(space: &str, event_type: &str) -> String {
 
 /// The join that gives [`checks_of_space`] its rows: one per active filtering destination
 /// of `space`, or one of NULLs without any.
-fn filtering_in(space: &str) -> String {
+pub(super) fn filtering_in(space: &str) -> String {
     format!(
         "LEFT JOIN (SELECT {DESTINATION} FROM destinations \
            WHERE payload_filter IS NOT NULL AND status = 'active') AS d ON d.space_id = {space}"
@@ -379,55 +368,6 @@ where
         Ok((key.try_into()?, Self::checks_of(&rows)?))
     }
 
-    async fn find_bot_to_post(
-        &self,
-        token_hash: &str,
-        channel_id: Option<ChannelId>,
-        event_type: &str,
-    ) -> Result<(Bot, Option<Channel>, PublishChecks)> {
-        // The checks' rows, each with the bot's and the channel's columns; none without
-        // the bot.
-        let sql = format!(
-            "SELECT {BOT_AS_BOT}, c.name AS channel_name, c.created_at AS channel_created_at, {} \
-             FROM bots AS b LEFT JOIN channels AS c ON c.id = $3 AND c.space_id = b.space_id {} \
-             WHERE b.token_hash = $1 AND b.revoked_at IS NULL",
-            checks_of_space("b.space_id", "$2"),
-            filtering_in("b.space_id")
-        );
-        let rows = sqlx::query(&sql)
-            .bind(token_hash)
-            .bind(event_type)
-            .bind(channel_id.map(|c| c.to_string()))
-            .fetch_all(&self.read)
-            .await?;
-        let Some(first) = rows.first() else {
-            return Err(StorageError::NotFound);
-        };
-        let get = |column: &str| sqlx::Row::try_get::<String, _>(first, column);
-        let bot: Bot = BotRow {
-            id: get("bot_id")?,
-            space_id: get("bot_space_id")?,
-            name: get("bot_name")?,
-            token_hash: get("bot_token_hash")?,
-            created_at: sqlx::Row::try_get(first, "bot_created_at")?,
-            revoked_at: sqlx::Row::try_get(first, "bot_revoked_at")?,
-        }
-        .try_into()?;
-        let channel = match (
-            channel_id,
-            sqlx::Row::try_get::<Option<String>, _>(first, "channel_name")?,
-        ) {
-            (Some(id), Some(name)) => Some(Channel {
-                id,
-                space_id: bot.space_id,
-                name,
-                created_at: sqlx::Row::try_get(first, "channel_created_at")?,
-            }),
-            _ => None,
-        };
-        Ok((bot, channel, Self::checks_of(&rows)?))
-    }
-
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
         let sql = format!(
             "SELECT {} FROM events WHERE id = $1 AND space_id = $2",
@@ -468,7 +408,7 @@ where
     Option<String>: SqlValue<D::DB>,
 {
     /// [`PublishChecks`] from the rows of [`checks_of_space`] and [`filtering_in`].
-    fn checks_of(rows: &[DbRow<D>]) -> Result<PublishChecks> {
+    pub(super) fn checks_of(rows: &[DbRow<D>]) -> Result<PublishChecks> {
         let mut checks = PublishChecks::default();
         for row in rows {
             checks.schema_version = sqlx::Row::try_get::<Option<i64>, _>(row, "schema_version")?;

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use sqlx::{ColumnIndex, Executor, IntoArguments};
 
+use super::events::{checks_of_space, filtering_in};
 use super::store::{convert_all, parse, Args, Conn, DbRow, Dialect, SqlArg, SqlValue, Store};
 use super::write::Durability;
 use super::*;
@@ -18,6 +19,18 @@ pub(super) const BOT_AS_BOT: &str = "b.id AS bot_id, b.space_id AS bot_space_id,
     b.name AS bot_name, b.token_hash AS bot_token_hash, b.created_at AS bot_created_at, \
     b.revoked_at AS bot_revoked_at";
 
+/// What posting a message through an incoming webhook reads, in one statement
+/// ([`IncomingStore::get_incoming_webhook_to_post`]).
+#[derive(Debug, Clone)]
+pub struct WebhookToPost {
+    pub webhook: IncomingWebhook,
+    /// Its space's plan: the webhook's rate limit.
+    pub plan: Plan,
+    pub channel: Channel,
+    /// The publish checks of its space for the message's event type.
+    pub checks: PublishChecks,
+}
+
 /// Incoming webhooks and bots: their management (REST API, console) and the look-ups
 /// and streak counting of the requests they authenticate.
 #[async_trait]
@@ -28,12 +41,14 @@ pub trait IncomingStore: Send + Sync + std::fmt::Debug {
         audit: Option<&AuditEntry>,
     ) -> Result<()>;
     async fn get_incoming_webhook_by_id(&self, id: IncomingWebhookId) -> Result<IncomingWebhook>;
-    /// The webhook with what posting through it reads: its space's plan (the rate limit)
-    /// and its channel, in one read.
+    /// The webhook with all that posting through it reads, in one read ([`WebhookToPost`]):
+    /// its space's plan, its channel, and the publish checks of its space for
+    /// `event_type` (four reads before).
     async fn get_incoming_webhook_to_post(
         &self,
         id: IncomingWebhookId,
-    ) -> Result<(IncomingWebhook, Plan, Channel)>;
+        event_type: &str,
+    ) -> Result<WebhookToPost>;
     /// A page of the space's incoming webhooks, newest first (the REST API).
     async fn list_incoming_webhooks(
         &self,
@@ -67,6 +82,16 @@ pub trait IncomingStore: Send + Sync + std::fmt::Debug {
         now: UnixMs,
     ) -> Result<IncomingEffects>;
     async fn create_bot(&self, bot: &Bot, audit: Option<&AuditEntry>) -> Result<()>;
+    /// The live bot whose token hashes to `token_hash` (`NotFound` otherwise), its space's
+    /// channel `channel_id` (`None`: no such channel there, or no ID), and
+    /// [`Self::publish_checks`] of its space for `event_type`, in one read: all a bot's
+    /// message reads before it writes (three round trips before).
+    async fn find_bot_to_post(
+        &self,
+        token_hash: &str,
+        channel_id: Option<ChannelId>,
+        event_type: &str,
+    ) -> Result<(Bot, Option<Channel>, PublishChecks)>;
     /// A page of the space's bots, newest first (the REST API).
     async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>>;
     /// Every bot of the space (revoked ones too), oldest first (the console).
@@ -150,33 +175,59 @@ where
     async fn get_incoming_webhook_to_post(
         &self,
         id: IncomingWebhookId,
-    ) -> Result<(IncomingWebhook, Plan, Channel)> {
+        event_type: &str,
+    ) -> Result<WebhookToPost> {
+        // The checks' rows, each with the webhook's columns (named `hook_…`), its space's
+        // plan and its channel's; none without the webhook.
         let columns: Vec<String> = INCOMING_WEBHOOK
             .split(',')
-            .map(|c| format!("w.{}", c.trim()))
+            .map(|c| format!("w.{c} AS hook_{c}", c = c.trim()))
             .collect();
         let sql = format!(
             "SELECT {}, s.plan AS space_plan, c.name AS channel_name, \
-               c.created_at AS channel_created_at \
+               c.created_at AS channel_created_at, {} \
              FROM incoming_webhooks w JOIN spaces s ON s.id = w.space_id \
-               JOIN channels c ON c.id = w.channel_id \
+               JOIN channels c ON c.id = w.channel_id {} \
              WHERE w.id = $1",
-            columns.join(", ")
+            columns.join(", "),
+            checks_of_space("w.space_id", "$2"),
+            filtering_in("w.space_id"),
         );
-        let row = sqlx::query(&sql)
+        let rows = sqlx::query(&sql)
             .bind(id.to_string())
-            .fetch_one(&self.read)
+            .bind(event_type)
+            .fetch_all(&self.read)
             .await?;
-        let webhook: IncomingWebhook =
-            <IncomingWebhookRow as sqlx::FromRow<_>>::from_row(&row)?.try_into()?;
-        let plan: String = sqlx::Row::try_get(&row, "space_plan")?;
+        let Some(row) = rows.first() else {
+            return Err(StorageError::NotFound);
+        };
+        let get = |column: &str| sqlx::Row::try_get::<String, _>(row, column);
+        let webhook: IncomingWebhook = IncomingWebhookRow {
+            id: get("hook_id")?,
+            space_id: get("hook_space_id")?,
+            channel_id: get("hook_channel_id")?,
+            name: get("hook_name")?,
+            token_hash: get("hook_token_hash")?,
+            signing_secret: sqlx::Row::try_get(row, "hook_signing_secret")?,
+            status: get("hook_status")?,
+            consecutive_failures: sqlx::Row::try_get(row, "hook_consecutive_failures")?,
+            created_at: sqlx::Row::try_get(row, "hook_created_at")?,
+            updated_at: sqlx::Row::try_get(row, "hook_updated_at")?,
+            disabled_at: sqlx::Row::try_get(row, "hook_disabled_at")?,
+        }
+        .try_into()?;
         let channel = Channel {
             id: webhook.channel_id,
             space_id: webhook.space_id,
-            name: sqlx::Row::try_get(&row, "channel_name")?,
-            created_at: sqlx::Row::try_get(&row, "channel_created_at")?,
+            name: get("channel_name")?,
+            created_at: sqlx::Row::try_get(row, "channel_created_at")?,
         };
-        Ok((webhook, parse("spaces.plan", &plan)?, channel))
+        Ok(WebhookToPost {
+            plan: parse("spaces.plan", &get("space_plan")?)?,
+            channel,
+            checks: Self::checks_of(&rows)?,
+            webhook,
+        })
     }
 
     async fn list_incoming_webhooks(
@@ -315,6 +366,55 @@ where
         Ok(())
     }
 
+    async fn find_bot_to_post(
+        &self,
+        token_hash: &str,
+        channel_id: Option<ChannelId>,
+        event_type: &str,
+    ) -> Result<(Bot, Option<Channel>, PublishChecks)> {
+        // The checks' rows, each with the bot's and the channel's columns; none without
+        // the bot.
+        let sql = format!(
+            "SELECT {BOT_AS_BOT}, c.name AS channel_name, c.created_at AS channel_created_at, {} \
+             FROM bots AS b LEFT JOIN channels AS c ON c.id = $3 AND c.space_id = b.space_id {} \
+             WHERE b.token_hash = $1 AND b.revoked_at IS NULL",
+            checks_of_space("b.space_id", "$2"),
+            filtering_in("b.space_id")
+        );
+        let rows = sqlx::query(&sql)
+            .bind(token_hash)
+            .bind(event_type)
+            .bind(channel_id.map(|c| c.to_string()))
+            .fetch_all(&self.read)
+            .await?;
+        let Some(first) = rows.first() else {
+            return Err(StorageError::NotFound);
+        };
+        let get = |column: &str| sqlx::Row::try_get::<String, _>(first, column);
+        let bot: Bot = BotRow {
+            id: get("bot_id")?,
+            space_id: get("bot_space_id")?,
+            name: get("bot_name")?,
+            token_hash: get("bot_token_hash")?,
+            created_at: sqlx::Row::try_get(first, "bot_created_at")?,
+            revoked_at: sqlx::Row::try_get(first, "bot_revoked_at")?,
+        }
+        .try_into()?;
+        let channel = match (
+            channel_id,
+            sqlx::Row::try_get::<Option<String>, _>(first, "channel_name")?,
+        ) {
+            (Some(id), Some(name)) => Some(Channel {
+                id,
+                space_id: bot.space_id,
+                name,
+                created_at: sqlx::Row::try_get(first, "channel_created_at")?,
+            }),
+            _ => None,
+        };
+        Ok((bot, channel, Self::checks_of(&rows)?))
+    }
+
     async fn list_bots(&self, space_id: SpaceId, page: Page<BotId>) -> Result<Vec<Bot>> {
         let rows: Vec<BotRow> = self
             .keyset_page((BOT, "bots"), ("space_id", space_id.to_string()), "", page)
@@ -381,17 +481,17 @@ where
 
 #[derive(sqlx::FromRow)]
 pub(super) struct IncomingWebhookRow {
-    id: String,
-    space_id: String,
-    channel_id: String,
-    name: String,
-    token_hash: String,
-    signing_secret: Option<String>,
-    status: String,
-    consecutive_failures: i64,
-    created_at: i64,
-    updated_at: i64,
-    disabled_at: Option<i64>,
+    pub(super) id: String,
+    pub(super) space_id: String,
+    pub(super) channel_id: String,
+    pub(super) name: String,
+    pub(super) token_hash: String,
+    pub(super) signing_secret: Option<String>,
+    pub(super) status: String,
+    pub(super) consecutive_failures: i64,
+    pub(super) created_at: i64,
+    pub(super) updated_at: i64,
+    pub(super) disabled_at: Option<i64>,
 }
 
 impl TryFrom<IncomingWebhookRow> for IncomingWebhook {

@@ -81,7 +81,7 @@ pub use deliveries::DeliveryStore;
 pub use destinations::DestinationStore;
 pub use event_types::EventTypeStore;
 pub use events::{EventStore, PublishChecks};
-pub use incoming::IncomingStore;
+pub use incoming::{IncomingStore, WebhookToPost};
 pub use notifications::NotificationStore;
 pub use queue::DispatchQueue;
 pub use retention::RetentionStore;

@@ -780,10 +780,25 @@ on_both_backends! {
             disabled_at: None,
         };
         store.create_incoming_webhook(&hook, None).await.unwrap();
-        // What posting through it reads, in one read.
-        let to_post = store.get_incoming_webhook_to_post(hook.id).await.unwrap();
-        assert_eq!(to_post, (hook.clone(), Plan::Free, channel.clone()));
-        assert!(matches!(store.get_incoming_webhook_to_post(IncomingWebhookId::new()).await, Err(StorageError::NotFound)));
+        // What posting through it reads, in one read: with the publish checks of its space.
+        let schema = EventType {
+            id: EventTypeId::new(),
+            space_id: s.id,
+            name: "message.created".into(),
+            description: String::new(),
+            schema: Some(json!({"type": "object"})),
+            example: None,
+            deprecated: false,
+            created_at: NOW + 9,
+            updated_at: NOW + 9,
+        };
+        store.create_event_type(&schema, None).await.unwrap();
+        let to_post = store.get_incoming_webhook_to_post(hook.id, "message.created").await.unwrap();
+        assert_eq!((&to_post.webhook, to_post.plan, &to_post.channel), (&hook, Plan::Free, &channel));
+        assert_eq!((to_post.checks.schema_version, to_post.checks.filtering.len()), (Some(NOW + 9), 0));
+        let other = store.get_incoming_webhook_to_post(hook.id, "order.paid").await.unwrap();
+        assert_eq!(other.checks.schema_version, None);
+        assert!(matches!(store.get_incoming_webhook_to_post(IncomingWebhookId::new(), "message.created").await, Err(StorageError::NotFound)));
         let message = |text: &str| Message {
             id: MessageId::new(),
             space_id: s.id,
