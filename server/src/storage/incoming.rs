@@ -15,7 +15,7 @@ pub(super) const INCOMING_WEBHOOK: &str =
 pub(super) const BOT: &str = "id, space_id, name, token_hash, created_at, revoked_at";
 
 /// [`BOT`] of the table `b`, each column named `bot_…`, beside another table's.
-pub(super) const BOT_AS_BOT: &str = "b.id AS bot_id, b.space_id AS bot_space_id, \
+const BOT_AS_BOT: &str = "b.id AS bot_id, b.space_id AS bot_space_id, \
     b.name AS bot_name, b.token_hash AS bot_token_hash, b.created_at AS bot_created_at, \
     b.revoked_at AS bot_revoked_at";
 
@@ -481,17 +481,17 @@ where
 
 #[derive(sqlx::FromRow)]
 pub(super) struct IncomingWebhookRow {
-    pub(super) id: String,
-    pub(super) space_id: String,
-    pub(super) channel_id: String,
-    pub(super) name: String,
-    pub(super) token_hash: String,
-    pub(super) signing_secret: Option<String>,
-    pub(super) status: String,
-    pub(super) consecutive_failures: i64,
-    pub(super) created_at: i64,
-    pub(super) updated_at: i64,
-    pub(super) disabled_at: Option<i64>,
+    id: String,
+    space_id: String,
+    channel_id: String,
+    name: String,
+    token_hash: String,
+    signing_secret: Option<String>,
+    status: String,
+    consecutive_failures: i64,
+    created_at: i64,
+    updated_at: i64,
+    disabled_at: Option<i64>,
 }
 
 impl TryFrom<IncomingWebhookRow> for IncomingWebhook {
@@ -515,12 +515,12 @@ impl TryFrom<IncomingWebhookRow> for IncomingWebhook {
 
 #[derive(sqlx::FromRow)]
 pub(super) struct BotRow {
-    pub(super) id: String,
-    pub(super) space_id: String,
-    pub(super) name: String,
-    pub(super) token_hash: String,
-    pub(super) created_at: i64,
-    pub(super) revoked_at: Option<i64>,
+    id: String,
+    space_id: String,
+    name: String,
+    token_hash: String,
+    created_at: i64,
+    revoked_at: Option<i64>,
 }
 
 impl TryFrom<BotRow> for Bot {

@@ -119,12 +119,9 @@ async fn post_as_bot(
     Path(channel_id): Path<String>,
     body: Result<ApiJson<MessageBody>, ApiError>,
 ) -> Result<Response, ApiError> {
-    // The bot, its channel and the publish checks, in one read. A body refused before
-    // that read looks the bot up alone: the token's 401 comes first, as on every route.
-    let id = match body {
-        Ok(_) => channel_id.parse::<ChannelId>().ok(),
-        Err(_) => None,
-    };
+    // The bot, its channel and the publish checks, in one read, before the body's answer:
+    // a wrong token is 401 whatever the body, as on every route.
+    let id = channel_id.parse::<ChannelId>().ok();
     let (bot, channel, checks) = match state
         .storage
         .find_bot_to_post(&token_hash, id, messages::MESSAGE_CREATED)
