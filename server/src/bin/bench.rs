@@ -37,7 +37,7 @@ struct Args {
     /// Deliveries waiting for retries in the backlog scenario.
     #[arg(long, default_value_t = 1_000_000)]
     backlog: usize,
-    /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,transform,wide,
+    /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,messages,transform,wide,
     /// backlog,purge,soak,console). `soak` and `console` run only when named.
     #[arg(long)]
     only: Option<String>,
@@ -84,7 +84,14 @@ struct Args {
 /// The scenarios `--external` runs.
 /// (The 10,000 destinations are written through this process's own connection to the
 /// server's database, before any traffic.)
-const EXTERNAL_SCENARIOS: [&str; 5] = ["flood", "fanout", "steady", "steady1000", "wide"];
+const EXTERNAL_SCENARIOS: [&str; 6] = [
+    "flood",
+    "fanout",
+    "steady",
+    "steady1000",
+    "messages",
+    "wide",
+];
 
 /// Where a time measured here stands on the wall clock, so times taken in two processes
 /// compare: UNIX milliseconds.
@@ -342,20 +349,23 @@ struct Bench {
 }
 
 impl Bench {
-    async fn destination(&self, body: serde_json::Value) -> String {
+    /// Creates a `what` (`destinations`, `channels`, …) of the bench's space through the
+    /// REST API; its answer.
+    async fn create(&self, what: &str, body: serde_json::Value) -> serde_json::Value {
         let resp = self
             .client
-            .post(format!(
-                "{}/v1/projects/{}/destinations",
-                self.base, self.space
-            ))
+            .post(format!("{}/v1/projects/{}/{what}", self.base, self.space))
             .bearer_auth(&self.key)
             .json(&body)
             .send()
             .await
             .unwrap();
         assert_eq!(resp.status(), 201);
-        resp.json::<serde_json::Value>().await.unwrap()["id"]
+        resp.json().await.unwrap()
+    }
+
+    async fn destination(&self, body: serde_json::Value) -> String {
+        self.create("destinations", body).await["id"]
             .as_str()
             .unwrap()
             .to_owned()
@@ -441,45 +451,55 @@ impl Bench {
         extra: serde_json::Value,
         types: Option<u64>,
     ) -> (Vec<f64>, HashMap<String, Instant>) {
-        let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-        let total = rate * secs;
-        let mut tasks = Vec::new();
-        for i in 0..total {
-            ticker.tick().await;
-            let (client, url, key) = (
-                self.client.clone(),
-                format!("{}/v1/projects/{}/events", self.base, self.space),
-                self.key.clone(),
-            );
-            let mut payload = extra.clone();
-            payload["i"] = json!(i);
-            let event_type = types.map_or("steady".to_owned(), |n| format!("tx.{}", i % n));
-            tasks.push(tokio::spawn(async move {
-                let t = Instant::now();
-                let resp = client
+        let url = format!("{}/v1/projects/{}/events", self.base, self.space);
+        let answers = self
+            .steady_requests(rate, secs, 202, |i| {
+                let mut payload = extra.clone();
+                payload["i"] = json!(i);
+                let event_type = types.map_or("steady".to_owned(), |n| format!("tx.{}", i % n));
+                self.client
                     .post(&url)
-                    .bearer_auth(&key)
+                    .bearer_auth(&self.key)
                     .json(&json!({"type": event_type, "payload": payload}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 202);
-                let id = resp.json::<serde_json::Value>().await.unwrap()["id"]
-                    .as_str()
-                    .unwrap()
-                    .to_owned();
-                (t.elapsed().as_secs_f64() * 1000.0, id, t)
-            }));
-        }
+            })
+            .await;
         let mut lat = Vec::new();
         let mut sent = HashMap::new();
-        for t in tasks {
-            let (l, id, at) = t.await.unwrap();
+        for (l, answer, at) in answers {
             lat.push(l);
-            sent.insert(id, at);
+            sent.insert(answer["id"].as_str().unwrap().to_owned(), at);
         }
         (lat, sent)
+    }
+
+    /// Sends `rate` requests a second for `secs`, the `i`th made by `request`, each
+    /// answered `status`: (latency ms, answer, sent at) of each.
+    async fn steady_requests(
+        &self,
+        rate: u64,
+        secs: u64,
+        status: u16,
+        request: impl Fn(u64) -> reqwest::RequestBuilder,
+    ) -> Vec<(f64, serde_json::Value, Instant)> {
+        let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let mut tasks = Vec::new();
+        for i in 0..rate * secs {
+            ticker.tick().await;
+            let request = request(i);
+            tasks.push(tokio::spawn(async move {
+                let t = Instant::now();
+                let resp = request.send().await.unwrap();
+                assert_eq!(resp.status(), status);
+                let answer = resp.json::<serde_json::Value>().await.unwrap();
+                (t.elapsed().as_secs_f64() * 1000.0, answer, t)
+            }));
+        }
+        let mut answers = Vec::new();
+        for t in tasks {
+            answers.push(t.await.unwrap());
+        }
+        answers
     }
 
     async fn wait_for(&self, n: usize, limit: Duration) -> Duration {
@@ -620,6 +640,8 @@ async fn bench() -> anyhow::Result<()> {
         config.dispatch.idle_poll_ms = 1000;
         // The benchmark measures the engine, not the plan limit.
         config.limits.outgoing_per_second.enterprise = 1_000_000;
+        // And the messages scenario, not an incoming webhook's rate limit.
+        config.limits.incoming_per_second.enterprise = 1_000_000;
         // The retention task runs often, so the purge and soak scenarios see it at work.
         config.retention.interval = "5s".parse()?;
         let server = tokio::spawn(server::startup::run(
@@ -749,6 +771,41 @@ async fn bench() -> anyhow::Result<()> {
             bench.first_attempt_latencies(&sent).await,
         );
         cpu.print_per_delivery(&procs, delivered);
+        bench.delete_destinations().await;
+        bench.arrivals.reset().await;
+    }
+    if wants("messages") {
+        // Channel messages through an incoming webhook (docs §3), 200 a second: what a
+        // message costs at low load (the webhook's read, its rate slot, the write, the
+        // attempt), to one destination subscribed to every type.
+        let channel = bench.create("channels", json!({"name": "bench"})).await;
+        let hook = bench
+            .create(
+                "incoming-webhooks",
+                json!({"name": "bench", "channelId": channel["id"]}),
+            )
+            .await;
+        let url = hook["url"].as_str().unwrap().to_owned();
+        bench
+            .destination(json!({"url": format!("http://{receiver}/messages")}))
+            .await;
+        let cpu = CpuMark::now(&procs);
+        let answers = bench
+            .steady_requests(200, args.seconds, 201, |i| {
+                bench
+                    .client
+                    .post(&url)
+                    .json(&json!({"text": format!("hello {i} from the benchmark")}))
+            })
+            .await;
+        bench.wait_for(answers.len(), Duration::from_secs(60)).await;
+        peak_rss = peak_rss.max(rss_mb());
+        println!(
+            "\n[channel messages through an incoming webhook, 200/s for {} s]",
+            args.seconds
+        );
+        print_latency("post latency", answers.iter().map(|(l, _, _)| *l).collect());
+        cpu.print_per_delivery(&procs, answers.len());
         bench.delete_destinations().await;
         bench.arrivals.reset().await;
     }
@@ -1077,6 +1134,10 @@ async fn start_external(
         .env("PARTYFLOW_DISPATCH__IDLE_POLL_MS", "1000")
         .env(
             "PARTYFLOW_LIMITS__OUTGOING_PER_SECOND__ENTERPRISE",
+            "1000000",
+        )
+        .env(
+            "PARTYFLOW_LIMITS__INCOMING_PER_SECOND__ENTERPRISE",
             "1000000",
         )
         .env("PARTYFLOW_RETENTION__INTERVAL", "5s")
