@@ -602,10 +602,14 @@ async fn bench() -> anyhow::Result<()> {
         wanted && (!args.external || EXTERNAL_SCENARIOS.contains(&s))
     };
     let dir = tempfile::tempdir()?;
-    let url = match &args.postgres {
+    // PostgreSQL: a database of the run's own, dropped when the run ends.
+    let created = args.postgres.as_ref().map(|admin| {
+        let name = format!("bench_{}", ulid::Ulid::new().to_string().to_lowercase());
+        (admin.clone(), name)
+    });
+    let url = match &created {
         None => format!("sqlite://{}/bench.db", dir.path().display()),
-        Some(admin) => {
-            let name = format!("bench_{}", ulid::Ulid::new().to_string().to_lowercase());
+        Some((admin, name)) => {
             let pool = sqlx::PgPool::connect(admin).await?;
             sqlx::query(&format!("CREATE DATABASE {name}"))
                 .execute(&pool)
@@ -1011,6 +1015,15 @@ async fn bench() -> anyhow::Result<()> {
                 let _ = child.kill().await;
             }
         }
+    }
+    if let Some((admin, name)) = created {
+        // Its connections closed first; `FORCE` ends any the server left open.
+        drop(bench);
+        drop(storage);
+        let pool = sqlx::PgPool::connect(&admin).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&pool)
+            .await?;
     }
     Ok(())
 }
