@@ -207,6 +207,7 @@ pub async fn run_traffic(
                         request_hash: String::new(),
                         filters: FilterVerdicts::default(),
                         claim: None,
+                        subscribers: None,
                     }
                 })
                 .collect();

@@ -131,6 +131,7 @@ impl Relay {
             request_hash: n.id.to_string(),
             filters,
             claim: None,
+            subscribers: None,
         };
         let published = self
             .storage

@@ -1212,6 +1212,7 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
         request_hash: String::new(),
         filters: Default::default(),
         claim: None,
+        subscribers: None,
     };
     bench
         .storage

@@ -203,13 +203,7 @@ impl Destination {
 
     /// Whether an event of `event_type` goes to this destination (status aside).
     pub fn subscribes_to(&self, event_type: &str) -> bool {
-        match &self.event_types {
-            None => !is_product_event_type(event_type),
-            Some(patterns) => {
-                let keys = subscription_keys(event_type);
-                patterns.iter().any(|p| keys.contains(p))
-            }
-        }
+        subscribes(self.event_types.as_deref(), event_type)
     }
 }
 
@@ -268,6 +262,18 @@ pub const ALERT_EVENT_TYPE: &str = "partyflow.alert";
 /// Whether `event_type` is one of the product's own (see [`PRODUCT_EVENT_PREFIX`]).
 pub fn is_product_event_type(event_type: &str) -> bool {
     event_type.starts_with(PRODUCT_EVENT_PREFIX)
+}
+
+/// Whether a destination of `event_types` (`None`: every type of the space's own) takes
+/// an event of `event_type`: [`Destination::subscribes_to`].
+pub fn subscribes(event_types: Option<&[String]>, event_type: &str) -> bool {
+    match event_types {
+        None => !is_product_event_type(event_type),
+        Some(patterns) => {
+            let keys = subscription_keys(event_type);
+            patterns.iter().any(|p| keys.contains(p))
+        }
+    }
 }
 
 /// The subscription entries that take an event of `event_type`: the type itself, `*`,

@@ -246,6 +246,7 @@ pub async fn post_once(
         request_hash: String::new(),
         filters,
         claim: reserved.as_ref().map(|r| r.claim.clone()),
+        subscribers: None,
     };
     match store.post_message(&message, &event, replay, now).await? {
         None => return Ok(None),

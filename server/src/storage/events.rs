@@ -17,6 +17,10 @@ use super::*;
 
 pub(super) const EVENT: &str = "id, space_id, event_type, payload, created_at, deliver_at";
 
+/// The INSERT of new deliveries, before their values ([`Store::push_deliveries`]).
+const DELIVERY_INSERT: &str = "INSERT INTO deliveries (id, space_id, event_id, destination_id, \
+    event_type, status, attempts, next_attempt_at, created_at, updated_at, deliver_at)";
+
 /// Rows per multi-row INSERT when fanning an event out (below both backends' bind limits).
 pub(super) const FAN_OUT_CHUNK: usize = 500;
 
@@ -103,6 +107,59 @@ pub(super) fn filtering_in(space: &str) -> String {
 pub struct PublishChecks {
     pub schema_version: Option<UnixMs>,
     pub filtering: Vec<Destination>,
+    /// The subscribers of the event's type, where the read took them (a REST publish on
+    /// SQLite): the publish writes its fan-out from them in one round trip.
+    pub subscribers: Option<ReadSubscribers>,
+}
+
+/// The subscribers of an event's type as a publish read them before its write (SQLite):
+/// each one's ID, status, `updated_at` and types, in one JSON text ([`subscribers_json`]).
+/// The publish's one string writes only if the same text, computed again under the write
+/// lock, is unchanged; otherwise it writes nothing and the publish reads them again
+/// under the lock, as always ([`EventStore::publish_events`]). So the fan-out is the one
+/// of the moment of the write, as when the subscribers are read under the lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadSubscribers(String);
+
+/// SQL (SQLite): the JSON text of [`ReadSubscribers`], the subscribers of `space` whose
+/// subscription entries are among `keys` (a JSON array: [`subscription_keys`]), by ID.
+fn subscribers_json(space: &str, keys: &str) -> String {
+    format!(
+        "(SELECT json_group_array(json_array(f.id, f.status, f.updated_at, f.event_types) ORDER BY f.id) \
+         FROM destinations AS f WHERE f.id IN (SELECT destination_id FROM subscriptions \
+           WHERE space_id = {space} AND event_type IN (SELECT value FROM json_each({keys}))))"
+    )
+}
+
+/// [`subscription_keys`] of `event_type` as a JSON array, for [`subscribers_json`].
+fn keys_json(event_type: &str) -> Result<String> {
+    serde_json::to_string(&subscription_keys(event_type))
+        .map_err(|e| StorageError::Internal(e.to_string()))
+}
+
+impl ReadSubscribers {
+    /// The active and the inactive subscribers of `event_type` among them, as
+    /// `Store::subscribers_of` splits the rows read under the lock.
+    fn split(&self, event_type: &str) -> Result<Subscribers> {
+        let rows: Vec<(String, String, i64, Option<String>)> = serde_json::from_str(&self.0)
+            .map_err(|e| StorageError::Corrupt(format!("the subscribers read: {e}")))?;
+        let (mut active, mut inactive) = (Vec::new(), Vec::new());
+        for (id, status, _, types) in rows {
+            let types: Option<Vec<String>> = types
+                .map(|t| serde_json::from_str(&t))
+                .transpose()
+                .map_err(|e| StorageError::Corrupt(format!("destinations.event_types: {e}")))?;
+            if !subscribes(types.as_deref(), event_type) {
+                continue;
+            }
+            let id: DestinationId = parse("destinations.id", &id)?;
+            match parse::<DestinationStatus>("destinations.status", &status)? {
+                DestinationStatus::Active => active.push(id),
+                _ => inactive.push(id),
+            }
+        }
+        Ok((active, inactive))
+    }
 }
 
 #[async_trait]
@@ -126,9 +183,19 @@ where
     ) -> Result<Vec<Result<Published>>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         if let [new] = batch {
-            // A group of one without a key (every publish at low load) on SQLite: two
-            // round trips to the connection's thread in all ([`Self::publish_alone`]).
+            // A group of one without a key (every publish at low load) on SQLite: one
+            // round trip when its subscribers were read with its checks and have not
+            // changed since ([`Self::publish_as_read`]), two otherwise
+            // ([`Self::publish_alone`]).
             if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
+                if let Some((read, fan)) = Self::fan_out_as_read(new)? {
+                    if let Some(published) =
+                        Self::publish_as_read(writer, new, now, read, fan).await?
+                    {
+                        return Ok(vec![Ok(published)]);
+                    }
+                    writer = self.writes.writer(Durability::Full).await?;
+                }
                 let published = Self::publish_alone(&mut writer, new, now, None).await?;
                 return Ok(vec![published.ok_or_else(|| {
                     StorageError::Internal("a publish without a replay guard was a replay".into())
@@ -340,18 +407,26 @@ where
         event_type: &str,
     ) -> Result<(ApiKey, PublishChecks)> {
         // The checks' rows, each with the key's columns; none without the key.
+        // On SQLite, with the subscribers of the type, for the publish's one round trip.
+        let sqlite = D::BACKEND == Backend::Sqlite;
+        let subscribers = match sqlite {
+            true => subscribers_json("$1", "$4"),
+            false => "NULL".into(),
+        };
         let sql = format!(
-            "SELECT {API_KEY_AS_KEY}, {} FROM api_keys AS k {} \
+            "SELECT {API_KEY_AS_KEY}, {}, {subscribers} AS subscribers FROM api_keys AS k {} \
              WHERE k.key_hash = $3 AND k.revoked_at IS NULL",
             checks_of_space("$1", "$2"),
             filtering_in("$1")
         );
-        let rows = sqlx::query(&sql)
+        let mut query = sqlx::query(&sql)
             .bind(space_id.to_string())
             .bind(event_type)
-            .bind(key_hash)
-            .fetch_all(&self.read)
-            .await?;
+            .bind(key_hash);
+        if sqlite {
+            query = query.bind(keys_json(event_type)?);
+        }
+        let rows = query.fetch_all(&self.read).await?;
         let Some(first) = rows.first() else {
             return Err(StorageError::NotFound);
         };
@@ -365,7 +440,10 @@ where
             last_used_at: sqlx::Row::try_get(first, "key_last_used_at")?,
             revoked_at: sqlx::Row::try_get(first, "key_revoked_at")?,
         };
-        Ok((key.try_into()?, Self::checks_of(&rows)?))
+        let mut checks = Self::checks_of(&rows)?;
+        checks.subscribers =
+            sqlx::Row::try_get::<Option<String>, _>(first, "subscribers")?.map(ReadSubscribers);
+        Ok((key.try_into()?, checks))
     }
 
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
@@ -656,6 +734,121 @@ where
         }))
     }
 
+    /// The fan-out of `new` from the subscribers its checks read, when one string can
+    /// write it: every subscriber active, none filtered out or failed, one INSERT.
+    fn fan_out_as_read(new: &NewEvent) -> Result<Option<(&ReadSubscribers, FanOut<'_>)>> {
+        let Some(read) = &new.subscribers else {
+            return Ok(None);
+        };
+        let (active, inactive) = read.split(&new.event.event_type)?;
+        let fan = FanOut::of(active, &new.filters);
+        let plain = inactive.is_empty()
+            && fan.filtered.is_empty()
+            && fan.failed.is_empty()
+            && fan.send.len() <= FAN_OUT_CHUNK;
+        Ok(plain.then_some((read, fan)))
+    }
+
+    /// An event published alone whose subscribers its checks `read`, written in one
+    /// round trip (SQLite): `BEGIN`; the event, only if [`subscribers_json`] is still the
+    /// text read; its deliveries, only if the event was written; the claim of them (none
+    /// without the event: the permits reserved are for its own); `COMMIT`. `None` when
+    /// the subscribers changed: nothing was written.
+    async fn publish_as_read(
+        writer: super::write::Writer<'_, D::DB>,
+        new: &NewEvent,
+        now: UnixMs,
+        read: &ReadSubscribers,
+        fan: FanOut<'_>,
+    ) -> Result<Option<Published>> {
+        // Declared before the arguments, which the query ties to its string's borrow.
+        #[allow(clippy::needless_late_init)]
+        let sql: String;
+        let e = &new.event;
+        let targets: Vec<(&Event, DestinationId)> = fan.send.iter().map(|d| (e, *d)).collect();
+        // The deliveries' values first: their bare `?`s are the first parameters; the
+        // statements' own follow, numbered (`$n` binds absolutely).
+        let mut values = Sql::<D>::new("");
+        if !targets.is_empty() {
+            Self::push_delivery_values(&mut values, &targets, now);
+        }
+        let (values, args) = values.into_parts()?;
+        let k = sqlx::Arguments::len(&args);
+        let n = |i: usize| format!("${}", k + i);
+        let claim = new
+            .claim
+            .as_ref()
+            .filter(|_| e.deliver_at.is_none() && !targets.is_empty())
+            .and_then(|claim| Some((claim, D::claim_for_event_after(k + 8)?)));
+        let mut text = format!(
+            "{}INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
+             SELECT {}, {}, {}, {}, {}, {} WHERE {} = {}",
+            writer.opening(),
+            n(1),
+            n(2),
+            n(3),
+            n(4),
+            n(5),
+            n(6),
+            subscribers_json(&n(2), &n(7)),
+            n(8),
+        );
+        if !targets.is_empty() {
+            text.push_str(&format!(
+                "; {DELIVERY_INSERT} SELECT * FROM ({values}) \
+                 WHERE EXISTS (SELECT 1 FROM events WHERE id = {})",
+                n(1)
+            ));
+        }
+        match &claim {
+            // The claim's statements end with the `COMMIT`.
+            Some((_, after)) => text.push_str(&format!("; {after}")),
+            None => text.push_str("; COMMIT"),
+        }
+        sql = text;
+        let event_id = e.id.to_string();
+        let mut query = sqlx::query_with(&sql, args)
+            .bind(event_id.clone())
+            .bind(e.space_id.to_string())
+            .bind(e.event_type.clone())
+            .bind(e.payload.to_string())
+            .bind(e.created_at)
+            .bind(e.deliver_at)
+            .bind(keys_json(&e.event_type)?)
+            .bind(read.0.clone());
+        if let Some((claim, _)) = &claim {
+            let next = ClaimNext {
+                destinations: fan.send.clone(),
+                ..(*claim).clone()
+            };
+            // The slots are dated when the write lock is held.
+            let now = now.max(crate::clock::now_ms());
+            query = D::bind_claim_for(query, &next, now)?.bind(event_id);
+        }
+        let results = writer.run_transaction_batch(query).await?;
+        // The event's INSERT is the statement after the `BEGIN`.
+        let written = results
+            .iter()
+            .filter_map(|step| step.as_ref().left())
+            .nth(1)
+            .is_some_and(|inserted| inserted.rows_affected() == 1);
+        if !written {
+            return Ok(None);
+        }
+        let claimed = match &claim {
+            // After the `BEGIN`, the event's INSERT and the deliveries'.
+            Some(_) => Some(D::claimed_after(&results, 3)?),
+            None => None,
+        };
+        Ok(Some(Published::Created {
+            event_id: e.id,
+            deliveries: fan.deliveries(),
+            skipped: 0,
+            destinations: fan.send,
+            claimed,
+        }))
+    }
+
     /// Appends the replay guard's INSERT of a signed request's `webhook-id`: it changes a row
     /// only when the ID is new.
     fn push_remember<'a>(sql: &mut Sql<'a, D>, webhook: &'a str, message_id: &'a str, now: UnixMs) {
@@ -717,10 +910,16 @@ where
         targets: &[(&'a Event, DestinationId)],
         now: UnixMs,
     ) {
-        sql.push(
-            "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
-             attempts, next_attempt_at, created_at, updated_at, deliver_at) ",
-        );
+        sql.push(DELIVERY_INSERT).push(" ");
+        Self::push_delivery_values(sql, targets, now);
+    }
+
+    /// The `VALUES` of [`Self::push_deliveries`], one pending delivery per target.
+    fn push_delivery_values<'a>(
+        sql: &mut Sql<'a, D>,
+        targets: &[(&'a Event, DestinationId)],
+        now: UnixMs,
+    ) {
         sql.push_values(targets, |mut row, (e, d)| {
             row.push_bind(DeliveryId::new().to_string())
                 .push_bind(e.space_id.to_string())

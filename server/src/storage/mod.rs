@@ -80,7 +80,7 @@ pub use channels::ChannelStore;
 pub use deliveries::DeliveryStore;
 pub use destinations::DestinationStore;
 pub use event_types::EventTypeStore;
-pub use events::{EventStore, PublishChecks};
+pub use events::{EventStore, PublishChecks, ReadSubscribers};
 pub use incoming::{IncomingStore, WebhookToPost};
 pub use notifications::NotificationStore;
 pub use queue::DispatchQueue;
@@ -245,6 +245,9 @@ pub struct NewEvent {
     /// replaced by those), so the engine sends them without a claim of its own
     /// ([`Published::Created::claimed`]).
     pub claim: Option<ClaimNext>,
+    /// Its type's subscribers as its checks read them (SQLite, a REST publish): published
+    /// alone, it is written in one round trip if they are unchanged ([`ReadSubscribers`]).
+    pub subscribers: Option<ReadSubscribers>,
 }
 
 /// The filters' verdicts on one event, by destination: the ones it passed are not

@@ -248,6 +248,15 @@ impl Dialect for Sqlite {
         Some(renumbered(&claim_for_batch(), params))
     }
 
+    /// Its destinations (`$1`) become none when the event `$12` is not there.
+    fn claim_for_event_after(params: usize) -> Option<String> {
+        let guarded = claim_for_batch().replace(
+            "json_each($1)",
+            "json_each(CASE WHEN EXISTS (SELECT 1 FROM events WHERE id = $12) THEN $1 ELSE '[]' END)",
+        );
+        Some(renumbered(&guarded, params))
+    }
+
     fn bind_claim_for<'q>(
         query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
         next: &ClaimNext,

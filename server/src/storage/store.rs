@@ -113,6 +113,15 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
         None
     }
 
+    /// [`Dialect::claim_for_after`] that claims nothing unless the event whose ID is its
+    /// parameter `$12` (numbered after `params` too, bound after
+    /// [`Dialect::bind_claim_for`]'s) was written in the string: the claim of a publish
+    /// whose write is guarded (`EventStore::publish_events`).
+    fn claim_for_event_after(params: usize) -> Option<String> {
+        let _ = params;
+        None
+    }
+
     /// Binds [`Dialect::claim_for_after`]'s parameters for `next` at `now`.
     fn bind_claim_for<'q>(
         query: sqlx::query::Query<'q, Self::DB, Args<'q, Self>>,

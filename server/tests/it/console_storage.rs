@@ -56,6 +56,7 @@ async fn exercise(s: Arc<dyn TestStorage>) {
                 request_hash: String::new(),
                 filters: Default::default(),
                 claim: None,
+                subscribers: None,
             },
             now,
         )

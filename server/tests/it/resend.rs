@@ -263,6 +263,7 @@ on_both_backends! {
                 request_hash: String::new(),
                 filters: Default::default(),
                 claim: None,
+                subscribers: None,
             };
             app.storage.publish_event(&event, server::clock::now_ms()).await.unwrap();
         }

@@ -66,6 +66,7 @@ fn event(space: SpaceId, event_type: &str) -> NewEvent {
         request_hash: "h".into(),
         filters: Default::default(),
         claim: None,
+        subscribers: None,
     }
 }
 
@@ -895,5 +896,94 @@ on_both_backends! {
         // At the cap already: a group's claim takes nothing more than the slots freed.
         let (_, none) = store.finish_and_claim(&[], &rule, now, &next(3)).await.unwrap();
         assert!(none.deliveries.is_empty());
+    }
+}
+
+on_both_backends! {
+    /// A REST publish on SQLite reads its type's subscribers with its checks and, published
+    /// alone, writes in one round trip if they have not changed since. If they have (one
+    /// disabled, one created), that string writes and claims nothing, and the publish
+    /// writes the fan-out of the moment of its write, as when they are read under the lock.
+    async fn a_publish_writes_the_fan_out_of_the_moment_of_its_write_whatever_it_read_before(db) {
+        use server::storage::{ClaimLimits, ClaimNext};
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let key = ApiKey {
+            id: ApiKeyId::new(),
+            space_id: s.id,
+            name: "ci".into(),
+            prefix: "pfk_abcdefgh".into(),
+            created_at: NOW,
+            last_used_at: None,
+            revoked_at: None,
+        };
+        store.create_api_key(&key, "hash-1", None).await.unwrap();
+        let a = destination(s.id, Some(&["order.*"]), DestinationStatus::Active);
+        let b = destination(s.id, None, DestinationStatus::Active);
+        let elsewhere = destination(s.id, Some(&["invoice.paid"]), DestinationStatus::Active);
+        for d in [&a, &b, &elsewhere] {
+            store.create_destination(d, None).await.unwrap();
+        }
+        let read = || async {
+            store.publish_checks_with_key("hash-1", s.id, "order.paid").await.unwrap().1.subscribers
+        };
+        let limits = ClaimLimits { per_destination: 5, retries: i64::MAX, plans: None };
+        let publish = |subscribers| {
+            let mut new = event(s.id, "order.paid");
+            new.subscribers = subscribers;
+            new.claim = Some(ClaimNext { destinations: Vec::new(), limit: 16, lease_margin_ms: 60_000, limits });
+            new
+        };
+        let sorted = |mut ids: Vec<DestinationId>| {
+            ids.sort();
+            ids
+        };
+        let now = server::clock::now_ms();
+
+        // As read: written and claimed as read.
+        let subscribers = read().await;
+        assert_eq!(subscribers.is_some(), db.url.starts_with("sqlite"), "read with the checks on SQLite only");
+        let first = publish(subscribers);
+        let published = store.publish_events(std::slice::from_ref(&first), now).await.unwrap().pop().unwrap().unwrap();
+        let Published::Created { deliveries, skipped, destinations, claimed, .. } = published else {
+            panic!("expected a new event, got {published:?}");
+        };
+        assert_eq!((deliveries, skipped), (2, 0));
+        assert_eq!(sorted(destinations), sorted(vec![a.id, b.id]));
+        if let Some(claimed) = claimed {
+            assert_eq!(claimed.deliveries.len(), 2);
+            assert!(claimed.deliveries.iter().all(|d| d.event_id == first.event.id));
+        }
+
+        // One waiting for `a` already; then the subscribers change between the read and
+        // the write: `b` disabled, `c` created.
+        let waiting = event(s.id, "order.sent");
+        store.publish_event(&waiting, now).await.unwrap();
+        let stale = read().await;
+        store.set_destination_status(s.id, b.id, DestinationStatus::Inactive, None, NOW, None).await.unwrap();
+        let c = destination(s.id, Some(&["order.paid"]), DestinationStatus::Active);
+        store.create_destination(&c, None).await.unwrap();
+        let second = publish(stale);
+        let published = store.publish_events(std::slice::from_ref(&second), now).await.unwrap().pop().unwrap().unwrap();
+        let Published::Created { deliveries, skipped, destinations, claimed, .. } = published else {
+            panic!("expected a new event, got {published:?}");
+        };
+        assert_eq!((deliveries, skipped), (2, 1), "to `a` and `c`; `b` skips it");
+        assert_eq!(sorted(destinations), sorted(vec![a.id, c.id]));
+        assert_eq!(store.get_destination(s.id, b.id).await.unwrap().skipped_events, 1);
+        if let Some(claimed) = claimed {
+            // The string that wrote nothing claimed nothing: the one that wrote claimed
+            // the waiting delivery and the new two.
+            let mut events: Vec<EventId> = claimed.deliveries.iter().map(|d| d.event_id).collect();
+            events.sort();
+            let mut expected = vec![waiting.event.id, second.event.id, second.event.id];
+            expected.sort();
+            assert_eq!(events, expected);
+        }
+        // Nothing was left half-written: one event each, and nothing else is due.
+        let nothing = store.claim_for(&[a.id, b.id, c.id, elsewhere.id], now, 100, 60_000, &limits).await.unwrap();
+        if db.url.starts_with("sqlite") {
+            assert!(nothing.deliveries.is_empty(), "{nothing:?}");
+        }
     }
 }

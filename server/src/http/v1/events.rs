@@ -166,6 +166,7 @@ async fn publish(
         request_hash: request_hash.clone(),
         filters,
         claim: reserved.as_ref().map(|r| r.claim.clone()),
+        subscribers: checks.subscribers,
     };
     match state.publisher.publish(new).await? {
         Published::Created {
