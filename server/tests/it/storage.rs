@@ -52,6 +52,19 @@ fn destination(space: SpaceId, types: Option<&[&str]>, status: DestinationStatus
     }
 }
 
+/// A live API key of `space`, never used.
+fn api_key(space: SpaceId) -> ApiKey {
+    ApiKey {
+        id: ApiKeyId::new(),
+        space_id: space,
+        name: "ci".into(),
+        prefix: "pfk_abcdefgh".into(),
+        created_at: NOW,
+        last_used_at: None,
+        revoked_at: None,
+    }
+}
+
 fn event(space: SpaceId, event_type: &str) -> NewEvent {
     NewEvent {
         event: Event {
@@ -77,15 +90,7 @@ on_both_backends! {
         assert_eq!(store.get_space(s.id).await.unwrap(), s);
         assert_eq!(store.list_all_spaces().await.unwrap(), vec![s.clone()]);
 
-        let key = ApiKey {
-            id: ApiKeyId::new(),
-            space_id: s.id,
-            name: "ci".into(),
-            prefix: "pfk_abcdefgh".into(),
-            created_at: NOW,
-            last_used_at: None,
-            revoked_at: None,
-        };
+        let key = api_key(s.id);
         store.create_api_key(&key, "hash-1", None).await.unwrap();
         assert_eq!(store.find_api_key_by_hash("hash-1").await.unwrap(), key);
         assert!(matches!(store.find_api_key_by_hash("hash-2").await, Err(StorageError::NotFound)));
@@ -206,15 +211,7 @@ on_both_backends! {
 
         // With the API key, in the same read: the key and the same checks; the key may be
         // another space's (the caller compares); a revoked or unknown key finds nothing.
-        let key = ApiKey {
-            id: ApiKeyId::new(),
-            space_id: other.id,
-            name: "ci".into(),
-            prefix: "pfk_abcdefgh".into(),
-            created_at: NOW,
-            last_used_at: Some(NOW + 3),
-            revoked_at: None,
-        };
+        let key = ApiKey { last_used_at: Some(NOW + 3), ..api_key(other.id) };
         store.create_api_key(&key, "hash-1", None).await.unwrap();
         store.touch_api_key(key.id, NOW + 3, 0).await.unwrap();
         let (found, checks) = store.publish_checks_with_key("hash-1", s.id, "order.paid").await.unwrap();
@@ -908,15 +905,7 @@ on_both_backends! {
         use server::storage::{ClaimLimits, ClaimNext};
         let store = db.storage.as_ref();
         let s = space(store, Plan::Free).await;
-        let key = ApiKey {
-            id: ApiKeyId::new(),
-            space_id: s.id,
-            name: "ci".into(),
-            prefix: "pfk_abcdefgh".into(),
-            created_at: NOW,
-            last_used_at: None,
-            revoked_at: None,
-        };
+        let key = api_key(s.id);
         store.create_api_key(&key, "hash-1", None).await.unwrap();
         let a = destination(s.id, Some(&["order.*"]), DestinationStatus::Active);
         let b = destination(s.id, None, DestinationStatus::Active);
