@@ -31,6 +31,7 @@ pub const ATTEMPTS: &str = "partyflow_attempts_total";
 pub const ATTEMPT_DURATION: &str = "partyflow_attempt_duration_seconds";
 pub const FIRST_ATTEMPT_LAG: &str = "partyflow_first_attempt_lag_seconds";
 pub const HELD_BACK: &str = "partyflow_deliveries_held_back_total";
+pub const CLAIMED_AHEAD: &str = "partyflow_deliveries_claimed_ahead_total";
 pub const QUEUE_DELIVERIES: &str = "partyflow_queue_deliveries";
 pub const QUEUE_OLDEST_DUE_AGE: &str = "partyflow_queue_oldest_due_age_seconds";
 pub const ATTEMPTS_IN_FLIGHT: &str = "partyflow_attempts_in_flight";
@@ -54,6 +55,7 @@ pub const ALL: &[&str] = &[
     ATTEMPT_DURATION,
     FIRST_ATTEMPT_LAG,
     HELD_BACK,
+    CLAIMED_AHEAD,
     QUEUE_DELIVERIES,
     QUEUE_OLDEST_DUE_AGE,
     ATTEMPTS_IN_FLIGHT,
@@ -260,6 +262,11 @@ fn describe() {
         HELD_BACK,
         "Claimed deliveries given back by a rate limit, by scope (destination, plan)."
     );
+    describe_counter!(
+        CLAIMED_AHEAD,
+        "Deliveries claimed ahead that waited in memory for a slot of their destination, \
+         by outcome (sent; given_back: waited too long, due again at once)."
+    );
     describe_gauge!(
         QUEUE_DELIVERIES,
         "Unfinished deliveries by status (pending, retrying: waiting and not paused; \
@@ -338,6 +345,7 @@ pub struct Dispatch {
     duration: Histogram,
     lag: Histogram,
     held: [Counter; 2],
+    ahead: [Counter; 2],
     in_flight: Gauge,
     disabled: Counter,
 }
@@ -369,6 +377,10 @@ impl Dispatch {
             held: [
                 counter!(HELD_BACK, "scope" => "destination"),
                 counter!(HELD_BACK, "scope" => "plan"),
+            ],
+            ahead: [
+                counter!(CLAIMED_AHEAD, "outcome" => "sent"),
+                counter!(CLAIMED_AHEAD, "outcome" => "given_back"),
             ],
             in_flight: gauge!(ATTEMPTS_IN_FLIGHT),
             disabled: counter!(AUTO_DISABLES, "kind" => Disabled::Destination.as_str()),
@@ -407,6 +419,13 @@ impl Dispatch {
         };
         if n > 0 {
             self.held[i].increment(n);
+        }
+    }
+
+    /// Deliveries claimed ahead left their lane: `sent`, or given back.
+    pub fn claimed_ahead(&self, sent: bool, n: u64) {
+        if n > 0 {
+            self.ahead[usize::from(!sent)].increment(n);
         }
     }
 

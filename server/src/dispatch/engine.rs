@@ -214,6 +214,7 @@ impl EngineHandle {
             permit,
             claim: ClaimNext {
                 destinations: Vec::new(),
+                ahead: Vec::new(),
                 limit: n as i64,
                 lease_margin_ms: engine.settings.lease_margin.as_millis() as i64,
                 limits: engine.claim_limits(),
@@ -287,12 +288,42 @@ pub struct Engine {
     stopping: std::sync::atomic::AtomicBool,
     /// The engine's metrics, as ready handles (made with the engine, after the recorder).
     metrics: crate::metrics::Dispatch,
+    /// Each destination's workers and the deliveries claimed ahead for it.
+    lanes: Lanes,
+    /// Whether records claim ahead for fast destinations ([`DispatchQueue::claims_ahead`]).
+    claims_ahead: bool,
 }
 
-type FinishRequest = (
-    FinishedAttempt,
-    tokio::sync::oneshot::Sender<Result<Recorded, StorageError>>,
-);
+type FinishRequest = (FinishedAttempt, Reply);
+
+/// Who learns how a finished attempt was recorded: its worker, waiting for it, or nobody
+/// waiting (the worker went on with a delivery claimed ahead; [`Engine::detach`]): the
+/// committing task then settles it itself ([`Engine::settle`]) and places its successor.
+enum Reply {
+    Waiting(tokio::sync::oneshot::Sender<Result<Recorded, StorageError>>),
+    Detached(Box<Detached>),
+}
+
+/// A detached attempt on its way to the database: what to settle once it is recorded, and
+/// what it holds until then: a token of the engine's tasks (its shutdown waits for the
+/// record), and one of the engine's permits, so that requests made and not yet recorded,
+/// which a crash would repeat, never outnumber the engine's concurrency.
+struct Detached {
+    settling: Settling,
+    _token: Option<tokio_util::task::task_tracker::TaskTrackerToken>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// What is done with an attempt once it is recorded, apart from the attempt itself.
+struct Settling {
+    delivery: DeliveryId,
+    destination: DestinationId,
+    attempt: u32,
+    next: NextStep,
+    status: Option<i64>,
+    class: Option<ErrorClass>,
+    duration_ms: i64,
+}
 
 /// A claimed delivery, with what its claim read for it: its destination and its event
 /// (`None`: deleted meanwhile, read again by the attempt).
@@ -317,7 +348,255 @@ struct Recorded {
 #[derive(Default)]
 struct Ended {
     hint: Option<bool>,
-    next: Option<Work>,
+    next: Option<Waiting>,
+}
+
+/// A claimed delivery on its way to a worker, since when.
+struct Waiting {
+    work: Work,
+    retry: RetryGuard,
+    since: std::time::Instant,
+}
+
+impl Waiting {
+    fn new(work: Work, retries_in_flight: &Arc<std::sync::atomic::AtomicI64>) -> Self {
+        Self {
+            retry: RetryGuard::new(work.delivery.attempts > 0, retries_in_flight),
+            work,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    fn destination(&self) -> DestinationId {
+        self.work.delivery.destination_id
+    }
+}
+
+/// The longest a delivery claimed ahead waits in memory for a slot of its destination.
+/// Past it, it is given back, due at once, not sent: the plan's slot it took with its
+/// claim must be used within the rate window's margin ([`RATE_MARGIN_MS`]).
+const AHEAD_WAITS_AT_MOST: Duration = Duration::from_millis(10);
+
+/// A destination is claimed ahead for only while its attempts take less than this (ms),
+/// so that what is claimed ahead goes out well within [`AHEAD_WAITS_AT_MOST`].
+const FAST_ATTEMPT_MS: i64 = 5;
+
+/// A destination's attempts in this process (docs §2.5): the workers serving it (each
+/// makes one attempt at a time, and there are never more than the in-flight cap), and
+/// the deliveries claimed ahead for it, waiting for one of them to end its attempt.
+#[derive(Default)]
+struct Lane {
+    workers: usize,
+    waiting: std::collections::VecDeque<Waiting>,
+    /// Whether its last attempt took less than [`FAST_ATTEMPT_MS`].
+    fast: bool,
+}
+
+/// Every destination's [`Lane`] with workers or waiting deliveries, and the lanes that
+/// have waiting deliveries but no worker (no permit was free): the next worker without
+/// work of its own serves them.
+#[derive(Default)]
+struct Lanes(Mutex<LanesInner>);
+
+#[derive(Default)]
+struct LanesInner {
+    lanes: std::collections::HashMap<DestinationId, Lane>,
+    stranded: std::collections::VecDeque<DestinationId>,
+}
+
+/// What a lane gives a worker: the delivery it goes on with (`waited`: one that waited in a
+/// lane), and the waiting ones found too old to send ([`AHEAD_WAITS_AT_MOST`]), to give back.
+#[derive(Default)]
+struct Taken {
+    next: Option<Waiting>,
+    waited: bool,
+    stale: Vec<Waiting>,
+}
+
+impl Taken {
+    fn waited(next: Waiting, stale: Vec<Waiting>) -> Self {
+        Self {
+            next: Some(next),
+            waited: true,
+            stale,
+        }
+    }
+}
+
+impl LanesInner {
+    /// Its lane's first waiting delivery still young enough to send.
+    fn pop(&mut self, destination: DestinationId, stale: &mut Vec<Waiting>) -> Option<Waiting> {
+        let lane = self.lanes.get_mut(&destination)?;
+        while let Some(w) = lane.waiting.pop_front() {
+            if w.since.elapsed() <= AHEAD_WAITS_AT_MOST {
+                return Some(w);
+            }
+            stale.push(w);
+        }
+        None
+    }
+
+    /// A worker leaves its lane, which is forgotten once it has neither workers nor
+    /// waiting deliveries, and stranded when it has waiting ones and no worker.
+    fn leave(&mut self, destination: DestinationId) {
+        if let Some(lane) = self.lanes.get_mut(&destination) {
+            lane.workers = lane.workers.saturating_sub(1);
+            if lane.workers == 0 {
+                if lane.waiting.is_empty() {
+                    self.lanes.remove(&destination);
+                } else if !self.stranded.contains(&destination) {
+                    self.stranded.push_back(destination);
+                }
+            }
+        }
+    }
+
+    /// A worker without a lane joins `destination`'s if it has waiting deliveries and
+    /// room: the first one still young enough to send.
+    fn join(
+        &mut self,
+        destination: DestinationId,
+        cap: usize,
+        stale: &mut Vec<Waiting>,
+    ) -> Option<Waiting> {
+        let lane = self.lanes.get_mut(&destination)?;
+        if lane.workers >= cap || lane.waiting.is_empty() {
+            return None;
+        }
+        lane.workers += 1;
+        let next = self.pop(destination, stale);
+        if next.is_none() {
+            self.leave(destination);
+        }
+        next
+    }
+
+    /// Parks `w` in its lane, noting the lane as stranded if no worker serves it.
+    fn park(&mut self, w: Waiting) {
+        let destination = w.destination();
+        let lane = self.lanes.entry(destination).or_default();
+        lane.waiting.push_back(w);
+        if lane.workers == 0 && !self.stranded.contains(&destination) {
+            self.stranded.push_back(destination);
+        }
+    }
+}
+
+impl Lanes {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LanesInner> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A claimed delivery comes in: a worker for it (`permit`, or one taken from
+    /// `permits`) when its lane has fewer than `cap` workers; otherwise it waits in its lane.
+    fn enter(
+        &self,
+        w: Waiting,
+        cap: usize,
+        permit: Option<OwnedSemaphorePermit>,
+        permits: Option<&Arc<Semaphore>>,
+    ) -> Option<(Waiting, OwnedSemaphorePermit)> {
+        let mut inner = self.lock();
+        let lane = inner.lanes.entry(w.destination()).or_default();
+        if lane.workers < cap {
+            let permit =
+                permit.or_else(|| permits.and_then(|p| p.clone().try_acquire_owned().ok()));
+            if let Some(permit) = permit {
+                lane.workers += 1;
+                return Some((w, permit));
+            }
+        }
+        inner.park(w);
+        None
+    }
+
+    /// A worker of `destination` ended an attempt (which took less than
+    /// [`FAST_ATTEMPT_MS`] when `fast`): the waiting delivery it goes on with, if it `may`.
+    fn next_of(&self, destination: DestinationId, fast: bool, may: bool) -> Taken {
+        let mut inner = self.lock();
+        if let Some(lane) = inner.lanes.get_mut(&destination) {
+            lane.fast = fast;
+        }
+        let mut stale = Vec::new();
+        let next = may.then(|| inner.pop(destination, &mut stale)).flatten();
+        Taken {
+            waited: next.is_some(),
+            next,
+            stale,
+        }
+    }
+
+    /// A worker of `destination` is done with its delivery and was `offered` another (a
+    /// successor its record claimed): what it goes on with. An offer for its own lane, at
+    /// once; one for another lane waits there; then its own lane's waiting deliveries
+    /// first, else it leaves its lane and joins the offer's, or a stranded one.
+    fn carry_on(
+        &self,
+        destination: DestinationId,
+        offered: Option<Waiting>,
+        cap: usize,
+        stopping: bool,
+    ) -> Taken {
+        let mut inner = self.lock();
+        let mut stale = Vec::new();
+        let mut elsewhere = None;
+        if let Some(w) = offered {
+            if w.destination() == destination {
+                return Taken {
+                    next: Some(w),
+                    waited: false,
+                    stale,
+                };
+            }
+            elsewhere = Some(w.destination());
+            inner.park(w);
+        }
+        if !stopping {
+            if let Some(w) = inner.pop(destination, &mut stale) {
+                return Taken::waited(w, stale);
+            }
+        }
+        inner.leave(destination);
+        if stopping {
+            return Taken {
+                stale,
+                ..Taken::default()
+            };
+        }
+        if let Some(w) = elsewhere.and_then(|to| inner.join(to, cap, &mut stale)) {
+            return Taken::waited(w, stale);
+        }
+        while let Some(other) = inner.stranded.pop_front() {
+            if let Some(w) = inner.join(other, cap, &mut stale) {
+                return Taken::waited(w, stale);
+            }
+        }
+        Taken {
+            stale,
+            ..Taken::default()
+        }
+    }
+
+    /// Of `destinations`, those to claim ahead for: their last attempt was fast.
+    fn fast(&self, destinations: &[DestinationId]) -> Vec<DestinationId> {
+        let inner = self.lock();
+        destinations
+            .iter()
+            .filter(|d| inner.lanes.get(d).is_some_and(|lane| lane.fast))
+            .copied()
+            .collect()
+    }
+
+    /// Every waiting delivery (the engine stops).
+    fn drain(&self) -> Vec<Waiting> {
+        let mut inner = self.lock();
+        inner.stranded.clear();
+        inner
+            .lanes
+            .values_mut()
+            .flat_map(|lane| lane.waiting.drain(..))
+            .collect()
+    }
 }
 
 /// Which finished attempts still leave their destination something to claim: those with
@@ -363,7 +642,6 @@ impl Engine {
             .pool_idle_timeout(Duration::from_secs(60))
             .build()?;
         Ok(Self {
-            storage,
             client,
             network,
             handle: EngineHandle::default(),
@@ -375,6 +653,9 @@ impl Engine {
             finishing: std::sync::atomic::AtomicUsize::new(0),
             stopping: std::sync::atomic::AtomicBool::new(false),
             metrics: crate::metrics::Dispatch::new(),
+            lanes: Lanes::default(),
+            claims_ahead: storage.claims_ahead(),
+            storage,
         })
     }
 
@@ -468,15 +749,16 @@ impl Engine {
                             .held_back(crate::metrics::HeldBy::Plan, claimed.held_by_plan);
                     }
                     for work in works(claimed) {
+                        // Counted from the claim on, so the next claim's share of retries sees it.
+                        let waiting = Waiting::new(work, &self.retries_in_flight);
                         let Ok(permit) = permits.clone().acquire_owned().await else {
                             break;
                         };
-                        // Counted from the claim on, so the next claim's share of retries sees it.
-                        let retry =
-                            RetryGuard::new(work.delivery.attempts > 0, &self.retries_in_flight);
-                        let engine = self.clone();
-                        let cut = cut_short.clone();
-                        tracker.spawn(engine.deliver(work, retry, cut, permit));
+                        if let Some((w, permit)) =
+                            self.lanes.enter(waiting, self.cap(), Some(permit), None)
+                        {
+                            tracker.spawn(self.clone().deliver(w, cut_short.clone(), permit));
+                        }
                     }
                 }
                 Err(e) => {
@@ -506,6 +788,18 @@ impl Engine {
             cut_short.cancel();
             tracker.wait().await;
         }
+        // Claimed ahead and never sent: due again at once, without an attempt.
+        let unsent = self.lanes.drain();
+        self.metrics.claimed_ahead(false, unsent.len() as u64);
+        for w in unsent {
+            if let Err(e) = self
+                .storage
+                .release_claim(w.work.delivery.id, false, now_ms())
+                .await
+            {
+                tracing::warn!(delivery.id = %w.work.delivery.id, error = %e, "giving back a claim failed; its lease will bring it back");
+            }
+        }
         if let Some(task) = committer {
             task.abort();
         }
@@ -528,13 +822,12 @@ impl Engine {
             let Some(permit) = reserved.permit.split(1) else {
                 break;
             };
-            let retry = RetryGuard::new(work.delivery.attempts > 0, &self.retries_in_flight);
-            starter.tracker.spawn(self.clone().deliver(
-                work,
-                retry,
-                starter.cut_short.clone(),
-                permit,
-            ));
+            let waiting = Waiting::new(work, &self.retries_in_flight);
+            if let Some((w, permit)) = self.lanes.enter(waiting, self.cap(), Some(permit), None) {
+                starter
+                    .tracker
+                    .spawn(self.clone().deliver(w, starter.cut_short.clone(), permit));
+            }
         }
         short
     }
@@ -555,8 +848,91 @@ impl Engine {
             }
             let (finished, replies): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
             for (reply, recorded) in replies.into_iter().zip(self.record(&finished).await) {
-                let _ = reply.send(recorded);
+                match reply {
+                    Reply::Waiting(reply) => {
+                        let _ = reply.send(recorded);
+                    }
+                    Reply::Detached(detached) => {
+                        self.finishing.fetch_sub(1, Ordering::AcqRel);
+                        self.settle_detached(detached.settling, recorded);
+                    }
+                }
             }
+        }
+    }
+
+    /// A detached attempt's record ([`Engine::detach`]) is in: settle it, hint its
+    /// destination, and place the successor claimed for it in its lane.
+    fn settle_detached(
+        self: &Arc<Self>,
+        settling: Settling,
+        recorded: Result<Recorded, StorageError>,
+    ) {
+        let (delivery, destination) = (settling.delivery, settling.destination);
+        let ended = match recorded {
+            Ok(recorded) => self.settle(settling, recorded),
+            Err(e) => {
+                tracing::error!(delivery.id = %delivery, error = %e, "recording an attempt failed; the lease will bring it back");
+                Ended::default()
+            }
+        };
+        self.hint(destination, ended.hint);
+        if let Some(next) = ended.next {
+            self.place(next);
+        }
+    }
+
+    /// A claimed delivery no worker holds goes to its lane: a worker of its own when the
+    /// lane has room and a permit is free, else it waits there.
+    fn place(self: &Arc<Self>, w: Waiting) {
+        let Some(starter) = self.handle.starter.get() else {
+            return; // the engine is gone: the lease brings it back
+        };
+        if let Some((w, permit)) = self
+            .lanes
+            .enter(w, self.cap(), None, Some(&starter.permits))
+        {
+            starter
+                .tracker
+                .spawn(self.clone().deliver(w, starter.cut_short.clone(), permit));
+        }
+    }
+
+    /// Gives back, due at once and without an attempt, deliveries claimed ahead that
+    /// waited too long to be sent ([`AHEAD_WAITS_AT_MOST`]).
+    fn give_back(self: &Arc<Self>, stale: Vec<Waiting>) {
+        if stale.is_empty() {
+            return;
+        }
+        self.metrics.claimed_ahead(false, stale.len() as u64);
+        let Some(starter) = self.handle.starter.get() else {
+            return; // the engine is gone: the leases bring them back
+        };
+        let engine = self.clone();
+        starter.tracker.spawn(async move {
+            for w in stale {
+                let d = &w.work.delivery;
+                match engine.storage.release_claim(d.id, false, now_ms()).await {
+                    Ok(()) => engine.handle.hints.due([d.destination_id], true),
+                    Err(e) => {
+                        tracing::warn!(delivery.id = %d.id, error = %e, "giving back a claim failed; its lease will bring it back")
+                    }
+                }
+            }
+        });
+    }
+
+    /// The in-flight cap of a destination in this process (docs §2.5).
+    fn cap(&self) -> usize {
+        self.settings.per_destination_in_flight.max(1) as usize
+    }
+
+    /// Hints `destination` as an ended attempt's record said ([`Ended::hint`]).
+    fn hint(&self, destination: DestinationId, hint: Option<bool>) {
+        match hint {
+            Some(false) => {}
+            Some(true) => self.handle.hints.due([destination], true),
+            None => self.handle.hints.due([destination], false),
         }
     }
 
@@ -580,7 +956,13 @@ impl Engine {
     /// holds: no hint, no wake-up of the engine's loop, no new task). If that fails, one by
     /// one and without successors, so one bad row does not fail its neighbours. An answer
     /// for each, in order.
-    async fn record(&self, finished: &[FinishedAttempt]) -> Vec<Result<Recorded, StorageError>> {
+    ///
+    /// A fast destination ([`Lanes::fast`]) is claimed ahead for where the backend allows it
+    /// ([`ClaimNext::ahead`]): up to a cap's worth more, which wait in its lane for a worker.
+    async fn record(
+        self: &Arc<Self>,
+        finished: &[FinishedAttempt],
+    ) -> Vec<Result<Recorded, StorageError>> {
         let rule = &self.settings.auto_disable;
         let mut destinations: Vec<DestinationId> = Vec::new();
         if !self.stopping.load(Ordering::Relaxed) {
@@ -590,9 +972,16 @@ impl Engine {
                 }
             }
         }
+        let ahead = if self.claims_ahead {
+            self.lanes.fast(&destinations)
+        } else {
+            Vec::new()
+        };
+        let limit = finished.len() + ahead.len() * self.cap();
         let next = ClaimNext {
             destinations,
-            limit: finished.len() as i64,
+            ahead,
+            limit: limit as i64,
             lease_margin_ms: self.settings.lease_margin.as_millis() as i64,
             limits: self.claim_limits(),
         };
@@ -620,7 +1009,7 @@ impl Engine {
     /// Hands the successors `claimed` for a group of `finished` attempts to their workers,
     /// one each, in order, and says which destinations still need a claim ([`hints`]).
     fn successors(
-        &self,
+        self: &Arc<Self>,
         finished: &[FinishedAttempt],
         effects: Vec<FinishEffects>,
         claimed: Claimed,
@@ -641,7 +1030,7 @@ impl Engine {
             .map(|d| d.destination_id)
             .collect();
         let mut next = works(claimed);
-        effects
+        let recorded = effects
             .into_iter()
             .zip(hints(&ended, &got))
             .map(|(effects, hint)| {
@@ -651,14 +1040,19 @@ impl Engine {
                     hint,
                 })
             })
-            .collect()
+            .collect();
+        // Claimed ahead, beyond a successor for each attempt: to their lanes.
+        for work in next {
+            self.place(Waiting::new(work, &self.retries_in_flight));
+        }
+        recorded
     }
 
     /// Records a finished attempt through the group commit. One that finds nothing else on
     /// its way (every attempt at low load) is written here, a group of one, without
     /// handing it to the committing task and back (two thread wake-ups); those that end
     /// meanwhile queue for the task.
-    async fn finish(&self, finished: FinishedAttempt) -> Result<Recorded, StorageError> {
+    async fn finish(self: &Arc<Self>, finished: FinishedAttempt) -> Result<Recorded, StorageError> {
         let (_counted, alone) = crate::storage::group_commit::Pending::enter(&self.finishing);
         if alone {
             return self
@@ -673,7 +1067,7 @@ impl Engine {
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         if let Err(tokio::sync::mpsc::error::SendError((finished, _))) =
-            self.finisher.send((finished, reply)).await
+            self.finisher.send((finished, Reply::Waiting(reply))).await
         {
             return self
                 .storage
@@ -690,6 +1084,40 @@ impl Engine {
             Err(_) => Err(StorageError::Conflict(
                 "the engine stopped before the attempt was recorded".into(),
             )),
+        }
+    }
+
+    /// Hands a finished attempt to the committing task without waiting for its record: its
+    /// worker goes on with a delivery claimed ahead meanwhile, and the task settles the
+    /// record ([`Engine::settle_detached`]). The engine's shutdown waits for it.
+    async fn detach(
+        self: &Arc<Self>,
+        finished: FinishedAttempt,
+        settling: Settling,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let token = self.handle.starter.get().map(|s| s.tracker.token());
+        self.finishing.fetch_add(1, Ordering::AcqRel);
+        let reply = Reply::Detached(Box::new(Detached {
+            settling,
+            _token: token,
+            _permit: permit,
+        }));
+        if let Err(tokio::sync::mpsc::error::SendError((finished, Reply::Detached(detached)))) =
+            self.finisher.send((finished, reply)).await
+        {
+            let settling = detached.settling;
+            self.finishing.fetch_sub(1, Ordering::AcqRel);
+            let recorded = self
+                .storage
+                .finish_attempt(&finished, &self.settings.auto_disable, now_ms())
+                .await
+                .map(|effects| Recorded {
+                    hint: effects.more_due,
+                    effects,
+                    next: None,
+                });
+            self.settle_detached(settling, recorded);
         }
     }
 
@@ -794,53 +1222,61 @@ impl Engine {
         }
     }
 
-    /// A worker: delivers `work`, then each successor its record claimed, under one permit.
+    /// A worker: delivers `work`, then each delivery its lane gives it (a successor its
+    /// record claimed, one claimed ahead), under one permit, one attempt at a time.
     async fn deliver(
         self: Arc<Self>,
-        work: Work,
-        retry: RetryGuard,
+        work: Waiting,
         cut_short: CancellationToken,
         _permit: OwnedSemaphorePermit,
     ) {
-        let mut work = Some((work, retry));
-        while let Some((
-            Work {
-                delivery: d,
-                destination,
-                event,
-            },
+        let cap = self.cap();
+        let mut work = Some(work);
+        while let Some(Waiting {
+            work:
+                Work {
+                    delivery: d,
+                    destination,
+                    event,
+                },
             retry,
-        )) = work.take()
+            ..
+        }) = work.take()
         {
             let in_flight = self.metrics.in_flight();
-            let ended = match self.try_deliver(&d, destination, event, &cut_short).await {
+            let ended = match self
+                .try_deliver(&d, destination, event, retry, &cut_short)
+                .await
+            {
                 Ok(ended) => ended,
                 Err(e) => {
                     tracing::error!(delivery.id = %d.id, error = %e, "delivery step failed; the lease will bring it back");
                     Ended::default()
                 }
             };
-            drop((in_flight, retry));
+            drop(in_flight);
             // A slot to this destination is free: its next due delivery, if any, can go. When
             // the record of the attempt said whether one is due, or claimed it, the engine
             // need not look.
-            match ended.hint {
-                Some(false) => {}
-                Some(true) => self.handle.hints.due([d.destination_id], true),
-                None => self.handle.hints.due([d.destination_id], false),
+            self.hint(d.destination_id, ended.hint);
+            let stopping = self.stopping.load(Ordering::Relaxed);
+            let taken = self
+                .lanes
+                .carry_on(d.destination_id, ended.next, cap, stopping);
+            self.give_back(taken.stale);
+            if taken.waited {
+                self.metrics.claimed_ahead(true, 1);
             }
-            work = ended.next.map(|next| {
-                let retry = RetryGuard::new(next.delivery.attempts > 0, &self.retries_in_flight);
-                (next, retry)
-            });
+            work = taken.next;
         }
     }
 
     async fn try_deliver(
-        &self,
+        self: &Arc<Self>,
         d: &Delivery,
         destination: Option<Arc<Destination>>,
         event: Option<Arc<Event>>,
+        retry: RetryGuard,
         cut_short: &CancellationToken,
     ) -> Result<Ended, StorageError> {
         // Read by the claim, in its transaction; without it (deleted meanwhile), read here.
@@ -937,48 +1373,79 @@ impl Engine {
                 }
             }
         };
-        // Due again later, maybe before the time the idle engine knows.
-        let due_again = matches!(next, NextStep::Retry { .. } | NextStep::Lost { .. });
         let finished = FinishedAttempt {
             attempt: outcome.attempt,
             destination_id: d.destination_id,
             next,
             only_if_lease_expired_before: None,
         };
-        let (next, status, class, duration_ms) = (
-            finished.next,
-            finished.attempt.response_status,
-            finished.attempt.error_class,
-            finished.attempt.duration_ms,
-        );
+        let settling = Settling {
+            delivery: d.id,
+            destination: d.destination_id,
+            attempt: attempts_made,
+            next,
+            status: finished.attempt.response_status,
+            class: finished.attempt.error_class,
+            duration_ms: finished.attempt.duration_ms,
+        };
+        // The attempt is over: a retry no longer counts as one in flight.
+        drop(retry);
+        // A delivery claimed ahead for this destination goes now, while this one's record is
+        // written by the committing task.
+        let fast = settling.duration_ms < FAST_ATTEMPT_MS;
+        // Only with a permit free for the record (see [`Detached`]).
+        let permit = match self.handle.starter.get() {
+            Some(starter) if !self.stopping.load(Ordering::Relaxed) => {
+                starter.permits.clone().try_acquire_owned().ok()
+            }
+            _ => None,
+        };
+        let taken = self.lanes.next_of(d.destination_id, fast, permit.is_some());
+        self.give_back(taken.stale);
+        if let (Some(ahead), Some(permit)) = (taken.next, permit) {
+            self.metrics.claimed_ahead(true, 1);
+            self.detach(finished, settling, permit).await;
+            return Ok(Ended {
+                hint: Some(false),
+                next: Some(ahead),
+            });
+        }
+        let recorded = self.finish(finished).await?;
+        Ok(self.settle(settling, recorded))
+    }
+
+    /// What follows an attempt's record: the idle engine's next due time forgotten when the
+    /// delivery is due again, the metrics, the log; the hint and the successor for its worker.
+    fn settle(&self, s: Settling, recorded: Recorded) -> Ended {
         let Recorded {
             effects,
             next: successor,
             hint,
-        } = self.finish(finished).await?;
-        if due_again {
+        } = recorded;
+        // Due again later, maybe before the time the idle engine knows.
+        if matches!(s.next, NextStep::Retry { .. } | NextStep::Lost { .. }) {
             // Forgotten once written (the hint that follows wakes the idle engine), so a
             // read made before the write cannot stay known.
             self.handle.next_due.forget();
         }
-        self.count_parts(next, class, Some(duration_ms), &effects);
+        self.count_parts(s.next, s.class, Some(s.duration_ms), &effects);
         tracing::debug!(
-            delivery.id = %d.id,
-            destination.id = %d.destination_id,
-            attempt = attempts_made,
-            status = ?status,
-            error_class = ?class.map(|c| c.as_str()),
-            duration_ms,
-            next = ?next,
+            delivery.id = %s.delivery,
+            destination.id = %s.destination,
+            attempt = s.attempt,
+            status = ?s.status,
+            error_class = ?s.class.map(|c| c.as_str()),
+            duration_ms = s.duration_ms,
+            next = ?s.next,
             "attempt recorded"
         );
         if effects.destination_disabled {
-            tracing::warn!(destination.id = %d.destination_id, "destination auto-disabled after a dead-letter streak");
+            tracing::warn!(destination.id = %s.destination, "destination auto-disabled after a dead-letter streak");
         }
-        Ok(Ended {
+        Ended {
             hint,
-            next: successor,
-        })
+            next: successor.map(|work| Waiting::new(work, &self.retries_in_flight)),
+        }
     }
 
     /// The metrics of a recorded attempt (nothing when it was no longer ours).
@@ -1339,6 +1806,124 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::*;
     use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+    /// A claimed delivery to `destination`, claimed `ago` ago.
+    fn waiting(destination: DestinationId, ago: Duration) -> Waiting {
+        let delivery = Delivery {
+            id: DeliveryId::new(),
+            space_id: SpaceId::new(),
+            event_id: EventId::new(),
+            destination_id: destination,
+            event_type: "x".into(),
+            status: DeliveryStatus::Sending,
+            paused: false,
+            attempts: 0,
+            next_attempt_at: None,
+            lease_expires_at: None,
+            last_error_class: None,
+            last_status_code: None,
+            resent_from: None,
+            resent_as: None,
+            created_at: 0,
+            updated_at: 0,
+            finished_at: None,
+            deliver_at: None,
+        };
+        let counter = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let mut w = Waiting::new(
+            Work {
+                delivery,
+                destination: None,
+                event: None,
+            },
+            &counter,
+        );
+        w.since = std::time::Instant::now() - ago;
+        w
+    }
+
+    #[test]
+    fn a_lane_has_at_most_its_cap_of_workers_and_its_waiting_deliveries_go_to_them_in_order() {
+        let permits = Arc::new(Semaphore::new(64));
+        let d = DestinationId::new();
+        let lanes = Lanes::default();
+        let entered: Vec<_> = (0..7)
+            .map(|_| lanes.enter(waiting(d, Duration::ZERO), 5, None, Some(&permits)))
+            .collect();
+        assert_eq!(entered.iter().filter(|e| e.is_some()).count(), 5);
+        assert_eq!(
+            permits.available_permits(),
+            59,
+            "a permit for each worker, none for waiting"
+        );
+        // A worker whose attempt ended goes on with the first waiting one, then the next.
+        let first = lanes.next_of(d, true, true);
+        assert!(first.waited && first.next.is_some());
+        assert_eq!(lanes.fast(&[d]), vec![d]);
+        let second = lanes.carry_on(d, None, 5, false);
+        assert!(second.waited && second.next.is_some());
+        // Nothing waits: the worker leaves; a slow attempt ends claiming ahead.
+        let none = lanes.carry_on(d, None, 5, false);
+        assert!(none.next.is_none() && none.stale.is_empty());
+        let _ = lanes.next_of(d, false, true);
+        assert!(lanes.fast(&[d]).is_empty());
+    }
+
+    #[test]
+    fn a_lane_with_waiting_deliveries_and_no_worker_is_served_by_the_next_free_worker() {
+        let (d, other) = (DestinationId::new(), DestinationId::new());
+        let lanes = Lanes::default();
+        let none = Arc::new(Semaphore::new(0));
+        // No permit: the delivery waits, its lane stranded.
+        assert!(lanes
+            .enter(waiting(d, Duration::ZERO), 5, None, Some(&none))
+            .is_none());
+        let permits = Arc::new(Semaphore::new(1));
+        let permit = permits.clone().try_acquire_owned().unwrap();
+        assert!(lanes
+            .enter(waiting(other, Duration::ZERO), 5, Some(permit), None)
+            .is_some());
+        // The worker of the other lane, done, serves the stranded one.
+        let taken = lanes.carry_on(other, None, 5, false);
+        assert_eq!(taken.next.map(|w| w.destination()), Some(d));
+        assert!(taken.waited);
+        // A successor for a full lane waits there; the worker goes on with its own lane's.
+        let full = DestinationId::new();
+        let many = Arc::new(Semaphore::new(64));
+        for _ in 0..5 {
+            assert!(lanes
+                .enter(waiting(full, Duration::ZERO), 5, None, Some(&many))
+                .is_some());
+        }
+        let taken = lanes.carry_on(d, Some(waiting(full, Duration::ZERO)), 5, false);
+        assert!(
+            taken.next.is_none(),
+            "its own lane has nothing, the full one no room"
+        );
+        let next = lanes.next_of(full, true, true);
+        assert_eq!(next.next.map(|w| w.destination()), Some(full));
+    }
+
+    #[test]
+    fn a_delivery_that_waited_too_long_is_given_back_not_sent_and_stopping_takes_nothing() {
+        let d = DestinationId::new();
+        let lanes = Lanes::default();
+        let none = Arc::new(Semaphore::new(0));
+        let old = AHEAD_WAITS_AT_MOST + Duration::from_millis(5);
+        lanes.enter(waiting(d, old), 5, None, Some(&none));
+        lanes.enter(waiting(d, Duration::ZERO), 5, None, Some(&none));
+        let taken = lanes.next_of(d, true, true);
+        assert_eq!(taken.stale.len(), 1, "the old one is given back");
+        assert!(taken.next.is_some(), "the young one goes");
+        lanes.enter(waiting(d, Duration::ZERO), 5, None, Some(&none));
+        let stopping = lanes.carry_on(d, None, 5, true);
+        assert!(stopping.next.is_none());
+        assert_eq!(
+            lanes.drain().len(),
+            1,
+            "what waits is given back at shutdown"
+        );
+    }
 
     #[test]
     fn a_destination_is_hinted_only_when_its_successors_did_not_take_every_slot_freed() {

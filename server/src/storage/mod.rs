@@ -381,6 +381,10 @@ impl Default for ClaimLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimNext {
     pub destinations: Vec<DestinationId>,
+    /// Those of `destinations` this process may claim ahead for: up to twice the in-flight
+    /// cap in `sending`, the cap itself held in memory by the engine (docs §2.5). Only a
+    /// backend that one process alone runs ([`DispatchQueue::claims_ahead`]) honours it.
+    pub ahead: Vec<DestinationId>,
     pub limit: i64,
     pub lease_margin_ms: i64,
     pub limits: ClaimLimits,

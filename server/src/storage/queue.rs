@@ -290,6 +290,12 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         now: UnixMs,
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)>;
+    /// Whether this process may claim ahead ([`ClaimNext::ahead`]): only when it is the
+    /// one process that runs the database (SQLite), so no other can claim for a
+    /// destination while deliveries claimed here wait in memory for a slot (docs §2.5).
+    fn claims_ahead(&self) -> bool {
+        false
+    }
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
     /// The destination a claimed delivery goes to.
@@ -471,6 +477,10 @@ where
         }
         let effects = self.finish_attempts(batch, rule, now).await?;
         Ok((effects, Claimed::default()))
+    }
+
+    fn claims_ahead(&self) -> bool {
+        D::BACKEND == super::Backend::Sqlite
     }
 
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {

@@ -173,6 +173,7 @@ impl Dialect for Sqlite {
         let sql = format!("BEGIN IMMEDIATE; {}", claim_for_batch());
         let next = ClaimNext {
             destinations: destinations.to_vec(),
+            ahead: Vec::new(),
             limit,
             lease_margin_ms,
             limits: *limits,
@@ -288,13 +289,14 @@ impl Dialect for Sqlite {
 fn claim_for_batch() -> String {
     let choice = format!(
         "WITH targets AS ( \
-           SELECT t.value AS destination_id, t.key AS ord, \
+           SELECT t.value ->> 0 AS destination_id, t.key AS ord, t.value ->> 1 AS cap, \
              COALESCE(dst.ordering = 'fifo', FALSE) AS fifo, \
              (SELECT COUNT(*) FROM deliveries b \
-              WHERE b.destination_id = t.value AND b.status = 'sending') AS busy \
-           FROM json_each($1) AS t LEFT JOIN destinations dst ON dst.id = t.value \
+              WHERE b.destination_id = t.value ->> 0 AND b.status = 'sending') AS busy \
+           FROM json_each($1) AS t LEFT JOIN destinations dst ON dst.id = t.value ->> 0 \
          ), due AS ( \
-           SELECT x.id, x.destination_id, x.status, x.next_attempt_at, targets.ord, targets.busy \
+           SELECT x.id, x.destination_id, x.status, x.next_attempt_at, targets.ord, targets.busy, \
+             targets.cap \
            FROM targets JOIN deliveries x ON x.id IN ( \
              SELECT id FROM deliveries \
              WHERE destination_id = targets.destination_id AND NOT targets.fifo \
@@ -302,17 +304,18 @@ fn claim_for_batch() -> String {
                AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
              ORDER BY next_attempt_at, id LIMIT $4) \
            UNION ALL \
-           SELECT h.id, h.destination_id, h.status, h.next_attempt_at, targets.ord, targets.busy \
+           SELECT h.id, h.destination_id, h.status, h.next_attempt_at, targets.ord, targets.busy, \
+             targets.cap \
            FROM targets JOIN deliveries h ON h.id = ({head}) \
            WHERE targets.fifo AND targets.busy = 0 AND $4 >= 1 \
              AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
          ), fits AS ( \
            SELECT * FROM ( \
-             SELECT id, status, next_attempt_at, ord, \
+             SELECT id, status, next_attempt_at, ord, cap, \
                ROW_NUMBER() OVER (PARTITION BY destination_id ORDER BY next_attempt_at, id) \
                  + busy AS slot \
              FROM due) \
-           WHERE slot <= $4 \
+           WHERE slot <= cap \
          ){choice}",
         head = fifo_head("targets.destination_id"),
         choice = claim_for_choice("fits"),
@@ -325,7 +328,7 @@ fn claim_for_batch() -> String {
             window: "$8",
             plans: ["$9", "$10", "$11"],
         },
-        "SELECT value FROM json_each($1)",
+        "SELECT value ->> 0 FROM json_each($1)",
     )
 }
 
@@ -335,14 +338,25 @@ fn bind_claim_for<'q>(
     next: &ClaimNext,
     now: UnixMs,
 ) -> Result<sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>> {
-    let ids: Vec<String> = next.destinations.iter().map(|d| d.to_string()).collect();
-    let ids = serde_json::to_string(&ids).map_err(|e| StorageError::Internal(e.to_string()))?;
     let limits = &next.limits;
+    let cap = |d: &DestinationId| {
+        let ahead = next.ahead.contains(d);
+        limits.per_destination * if ahead { 2 } else { 1 }
+    };
+    // Each destination with its cap: `[[id, cap], …]`.
+    let targets: Vec<(String, i64)> = next
+        .destinations
+        .iter()
+        .map(|d| (d.to_string(), cap(d)))
+        .collect();
+    let most = targets.iter().map(|(_, cap)| *cap).max().unwrap_or(0);
+    let targets =
+        serde_json::to_string(&targets).map_err(|e| StorageError::Internal(e.to_string()))?;
     let query = query
-        .bind(ids)
+        .bind(targets)
         .bind(now)
         .bind(limits.retries > 0)
-        .bind(limits.per_destination)
+        .bind(most)
         .bind(limits.retries)
         .bind(next.limit)
         .bind(next.lease_margin_ms);

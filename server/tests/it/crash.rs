@@ -131,13 +131,14 @@ impl Drop for Server {
 /// Publishes event `i` with the idempotency key `crash-{i}`, retrying through
 /// connection failures (the server may be killed mid-request) against whichever
 /// server `base` names; the key makes a retry return the first answer if the
-/// first request did commit. Returns the event ID.
+/// first request did commit; it fans out to `fan_out` destinations. Returns the event ID.
 async fn publish(
     client: &reqwest::Client,
     base: &RwLock<String>,
     space: &str,
     key: &str,
     i: usize,
+    fan_out: usize,
 ) -> String {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -153,7 +154,7 @@ async fn publish(
         {
             Ok(resp) if resp.status().as_u16() == 202 => {
                 let answer: serde_json::Value = resp.json().await.unwrap();
-                assert_eq!(answer["deliveries"], DESTINATIONS, "{answer}");
+                assert_eq!(answer["deliveries"], fan_out, "{answer}");
                 return answer["id"].as_str().unwrap().to_owned();
             }
             Ok(resp) if resp.status().is_server_error() => {}
@@ -201,7 +202,7 @@ on_both_backends! {
             publishers.spawn(async move {
                 let mut ids = Vec::new();
                 for i in (p..EVENTS).step_by(PUBLISHERS) {
-                    ids.push(publish(&client, &base, &space, &key, i).await);
+                    ids.push(publish(&client, &base, &space, &key, i, DESTINATIONS).await);
                 }
                 ids
             });
@@ -364,4 +365,151 @@ on_both_backends! {
         assert_eq!(rx.received().len(), 3);
         drop(server);
     }
+}
+
+/// docs §2.5: on SQLite the engine claims ahead for a destination that answers fast (up to
+/// five more than its five slots, waiting in memory). Killed with SIGKILL while deliveries
+/// are claimed ahead (more than five found `sending` after the kill), the next process
+/// gets every delivery out: each claim the dead process held comes back as a `lost`
+/// attempt when its lease expires. Only those can repeat at the receiver: those sent and
+/// not yet recorded (an attempt's record is written while its worker sends the next one
+/// claimed ahead); a claim ahead that still waited was never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_claimed_ahead_come_back_after_a_kill_9_and_none_is_lost_or_sent_twice_at_once()
+{
+    const EVENTS: usize = 3_000;
+    const KILLS: usize = 3;
+    let Some(db) = server::testkit::fresh_db(server::testkit::Db::Sqlite).await else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let created =
+        server::ops::tenants::create_space(db.storage.as_ref(), "Ahead", Plan::Enterprise)
+            .await
+            .unwrap();
+    let (space, key) = (created.space.id.to_string(), created.api_key.clone());
+    let rx = Receiver::start().await;
+    let mut server = Server::start(&db.url, logs.path(), "run-0").await;
+    let base = Arc::new(RwLock::new(format!("http://{}", server.addr)));
+    let client = reqwest::Client::new();
+    let resp = client
+        .post(format!(
+            "http://{}/v1/projects/{space}/destinations",
+            server.addr
+        ))
+        .bearer_auth(&key)
+        .json(&json!({"url": rx.url("/ahead"), "timeoutSeconds": 2}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let destination: serde_json::Value = resp.json().await.unwrap();
+    let destination = destination["id"].as_str().unwrap().parse().unwrap();
+
+    let mut publishers = tokio::task::JoinSet::new();
+    for p in 0..PUBLISHERS {
+        let (client, base, space, key) = (client.clone(), base.clone(), space.clone(), key.clone());
+        publishers.spawn(async move {
+            let mut ids = Vec::new();
+            for i in (p..EVENTS).step_by(PUBLISHERS) {
+                ids.push(publish(&client, &base, &space, &key, i, 1).await);
+            }
+            ids
+        });
+    }
+    let sending = DeliveryFilter {
+        space_id: Some(created.space.id),
+        destination_id: Some(destination),
+        status: Some(DeliveryStatus::Sending),
+        ..Default::default()
+    };
+    let mut claimed_at_kills = Vec::new();
+    for k in 1..=KILLS {
+        let at = k * EVENTS / (KILLS + 1);
+        eventually(180, || async {
+            Some(rx.received().len()).filter(|n| *n >= at)
+        })
+        .await;
+        server.kill_9();
+        // What the dead process held: its five slots and the claims ahead.
+        let claimed = db
+            .storage
+            .list_deliveries(&sending, Page::first(100))
+            .await
+            .unwrap()
+            .len();
+        assert!(
+            claimed <= 10,
+            "more than twice the in-flight cap claimed: {claimed}"
+        );
+        claimed_at_kills.push(claimed);
+        server = Server::start(&db.url, logs.path(), &format!("run-{k}")).await;
+        *base.write().unwrap() = format!("http://{}", server.addr);
+    }
+    let mut published = HashSet::new();
+    while let Some(ids) = publishers.join_next().await {
+        published.extend(ids.unwrap());
+    }
+    assert_eq!(published.len(), EVENTS);
+    assert!(
+        claimed_at_kills.iter().any(|n| *n > 5),
+        "no kill found deliveries claimed ahead: {claimed_at_kills:?}"
+    );
+
+    let all = DeliveryFilter {
+        space_id: Some(created.space.id),
+        ..Default::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let deliveries = loop {
+        let list = db
+            .storage
+            .list_deliveries(&all, Page::first(2 * EVENTS as i64))
+            .await
+            .unwrap();
+        if list.len() == EVENTS && list.iter().all(|d| d.status == DeliveryStatus::Succeeded) {
+            break list;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every delivery succeeded within 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let got = rx.received();
+    let seen: HashSet<String> = got.iter().map(|r| r.header("webhook-id")).collect();
+    let expected: HashSet<String> = deliveries.iter().map(|d| d.event_id.to_string()).collect();
+    assert_eq!(
+        seen, expected,
+        "every delivery reached the receiver, and no other"
+    );
+    assert_eq!(rx.overlaps(), 0, "no delivery in flight twice at once");
+    assert!(
+        rx.max_in_flight() <= 5,
+        "a sixth request in flight: {}",
+        rx.max_in_flight()
+    );
+    let duplicates = got.len() - seen.len();
+    let held: usize = claimed_at_kills.iter().sum();
+    assert!(
+        duplicates <= held,
+        "{duplicates} repeats: more than the {held} claims the killed processes held"
+    );
+    let mut lost = 0;
+    for d in &deliveries {
+        let attempts = db.storage.list_all_attempts(d.id).await.unwrap();
+        let lost_here = attempts
+            .iter()
+            .filter(|a| a.error_class == Some(ErrorClass::Lost))
+            .count();
+        lost += lost_here;
+        assert_eq!(
+            d.attempts as usize,
+            attempts.len() - lost_here,
+            "{}: lost attempts are not counted",
+            d.id
+        );
+    }
+    eprintln!("claimed ahead: {KILLS} kills found {claimed_at_kills:?} claimed; {lost} lost attempts; {duplicates} repeats");
+    drop(server);
 }

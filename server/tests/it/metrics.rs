@@ -439,3 +439,64 @@ fn names_are_read_from_expressions_without_their_histogram_suffixes() {
         ["partyflow_a_total", "partyflow_b"]
     );
 }
+
+on_both_backends! {
+    /// A flood to one destination that answers at once (docs §2.5). On SQLite the records
+    /// claim ahead for it: what they claim waits in memory for one of the five slots and
+    /// goes out as each attempt ends (counted as `sent`). On both backends the receiver
+    /// never sees a sixth request at once, nor a delivery twice, and every one succeeds.
+    async fn a_flood_to_a_fast_destination_is_claimed_ahead_and_never_has_a_sixth_in_flight(db) {
+        const EVENTS: usize = 600;
+        const PUBLISHERS: usize = 6;
+        let app = app_with_metrics(&db).await;
+        let rx = Receiver::start().await;
+        app.destination(json!({"url": rx.url("/fast")})).await;
+        let before = parse(&scrape_text(&app).await);
+        let succeeded_before =
+            value(&before, "partyflow_deliveries_finished_total", &[("outcome", "succeeded")]);
+        let sent_before =
+            value(&before, "partyflow_deliveries_claimed_ahead_total", &[("outcome", "sent")]);
+        let mut publishers = Vec::new();
+        for p in 0..PUBLISHERS {
+            let (url, key) = (app.api("/events"), app.api_key.clone().unwrap());
+            publishers.push(tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                for i in 0..EVENTS / PUBLISHERS {
+                    let resp = client
+                        .post(&url)
+                        .bearer_auth(&key)
+                        .json(&json!({"type": "x", "payload": {"p": p, "i": i}}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(resp.status(), 202);
+                }
+            }));
+        }
+        for p in publishers {
+            p.await.unwrap();
+        }
+        // Every delivery recorded as succeeded.
+        let scrape = eventually(120, || async {
+            let s = parse(&scrape_text(&app).await);
+            let succeeded =
+                value(&s, "partyflow_deliveries_finished_total", &[("outcome", "succeeded")]);
+            (succeeded - succeeded_before >= EVENTS as f64).then_some(s)
+        })
+        .await;
+        let got = rx.received();
+        let ids: BTreeSet<String> = got.iter().map(|r| r.header("webhook-id")).collect();
+        assert_eq!(ids.len(), EVENTS, "every event delivered");
+        assert_eq!(got.len(), EVENTS, "none delivered twice");
+        assert_eq!(rx.overlaps(), 0, "no delivery in flight twice");
+        assert!(rx.max_in_flight() <= 5, "a sixth request in flight: {}", rx.max_in_flight());
+        let (status, sending) = app.get("/deliveries?status=sending").await;
+        assert_eq!(status, 200);
+        assert!(sending["data"].as_array().unwrap().is_empty(), "none left claimed: {sending}");
+        let sent = value(&scrape, "partyflow_deliveries_claimed_ahead_total", &[("outcome", "sent")]);
+        if db.url.starts_with("sqlite") {
+            assert!(sent > sent_before, "nothing was claimed ahead on SQLite");
+        }
+        app.stop().await;
+    }
+}

@@ -710,6 +710,7 @@ on_both_backends! {
         assert_eq!(first.len(), 2);
         let claim = |limit: i64, per_destination: i64| Some(ClaimNext {
             destinations: Vec::new(),
+            ahead: Vec::new(),
             limit,
             lease_margin_ms: 60_000,
             limits: ClaimLimits { per_destination, ..limits },
@@ -809,7 +810,7 @@ on_both_backends! {
         };
         let limits = ClaimLimits { per_destination: 5, retries: i64::MAX, plans: None };
         let mut e = event(s.id, "message.created");
-        e.claim = Some(ClaimNext { destinations: Vec::new(), limit: 16, lease_margin_ms: 60_000, limits });
+        e.claim = Some(ClaimNext { destinations: Vec::new(), ahead: Vec::new(), limit: 16, lease_margin_ms: 60_000, limits });
         let now = server::clock::now_ms();
         let replay = || Some(IncomingReplay { webhook_id: hook.id, message_id: "msg-1" });
         let first = message("hello");
@@ -850,7 +851,7 @@ on_both_backends! {
         for d in &dsts {
             store.create_destination(d, None).await.unwrap();
         }
-        for _ in 0..10 {
+        for _ in 0..14 {
             store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
         }
         let limits = ClaimLimits { per_destination: 4, retries: i64::MAX, plans: None };
@@ -860,6 +861,7 @@ on_both_backends! {
         let rule = AutoDisable { after: i64::MAX, warn_at: Vec::new() };
         let next = |limit: i64| ClaimNext {
             destinations: dsts.iter().map(|d| d.id).collect(),
+            ahead: Vec::new(),
             limit,
             lease_margin_ms: 60_000,
             limits,
@@ -881,7 +883,7 @@ on_both_backends! {
         }
         assert!(second.iter().all(|x| x.status == DeliveryStatus::Sending && !first.iter().any(|f| f.id == x.id)));
         assert!(second.iter().all(|x| claimed.events.contains_key(&x.id)));
-        // Three attempts (one string): each destination has two left, one slot freed.
+        // Three attempts (one string): each destination has six left, one slot freed.
         let three: Vec<Delivery> = dsts.iter().map(|d| second.iter().find(|x| x.destination_id == d.id).unwrap().clone()).collect();
         let (effects, claimed) = store.finish_and_claim(&succeeded(&three), &rule, now, &next(3)).await.unwrap();
         assert_eq!(effects.len(), 3);
@@ -893,6 +895,14 @@ on_both_backends! {
         // At the cap already: a group's claim takes nothing more than the slots freed.
         let (_, none) = store.finish_and_claim(&[], &rule, now, &next(3)).await.unwrap();
         assert!(none.deliveries.is_empty());
+        // Claimed ahead for the first destination: up to twice its cap in `sending`, so four
+        // more; the others stay at their cap.
+        let ahead = ClaimNext { ahead: vec![dsts[0].id], ..next(100) };
+        let (_, more) = store.finish_and_claim(&[], &rule, now, &ahead).await.unwrap();
+        assert_eq!(more.deliveries.len(), 4);
+        assert!(more.deliveries.iter().all(|x| x.destination_id == dsts[0].id));
+        let (_, none) = store.finish_and_claim(&[], &rule, now, &ahead).await.unwrap();
+        assert!(none.deliveries.is_empty(), "at twice its cap");
     }
 }
 
@@ -920,7 +930,7 @@ on_both_backends! {
         let publish = |subscribers| {
             let mut new = event(s.id, "order.paid");
             new.subscribers = subscribers;
-            new.claim = Some(ClaimNext { destinations: Vec::new(), limit: 16, lease_margin_ms: 60_000, limits });
+            new.claim = Some(ClaimNext { destinations: Vec::new(), ahead: Vec::new(), limit: 16, lease_margin_ms: 60_000, limits });
             new
         };
         let sorted = |mut ids: Vec<DestinationId>| {
