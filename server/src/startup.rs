@@ -24,6 +24,8 @@ use crate::storage;
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     // A wrong public URL stops the start before anything else happens.
     config.resolve_public_url(config.listen)?;
+    // One process serves a SQLite database: a second one stops here.
+    let _alone = storage::sqlite::serve_alone(&config.database_url)?;
     let db = storage::connect(&config.database_url).await?;
     db.storage.migrate().await.context("applying migrations")?;
     let listener = TcpListener::bind(config.listen)

@@ -486,6 +486,45 @@ where
     Ok(rows)
 }
 
+/// Held by the one `partyflow serve` of a SQLite database: an exclusive lock (`flock`) on
+/// `<database>.lock`, released by the kernel when the process ends, however it ends.
+#[derive(Debug)]
+pub struct ServedAlone(#[allow(dead_code)] std::fs::File);
+
+/// Takes the lock that makes a process the one serving the SQLite database at `url`; `None`
+/// for another backend. SQLite is served by one process (several instances share a
+/// PostgreSQL database, docs §7): the engine then holds deliveries claimed ahead in memory
+/// (docs §2.5), which another process claiming from the same file could not see.
+pub fn serve_alone(url: &str) -> anyhow::Result<Option<ServedAlone>> {
+    if !url.starts_with("sqlite:") {
+        return Ok(None);
+    }
+    let options = SqliteConnectOptions::from_str(url)?;
+    let mut path = options.get_filename().as_os_str().to_owned();
+    path.push(".lock");
+    let path = std::path::PathBuf::from(path);
+    if let Some(parent) = path.parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)?;
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(Some(ServedAlone(file))),
+        Err(rustix::io::Errno::WOULDBLOCK) => anyhow::bail!(
+            "another `partyflow serve` runs on this SQLite database ({} is locked): a SQLite \
+             database is served by one process; several instances share a PostgreSQL database",
+            path.display()
+        ),
+        Err(e) => anyhow::bail!("locking {}: {e}", path.display()),
+    }
+}
+
 /// What `partyflow vacuum` did to a SQLite database.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -39,6 +39,19 @@ pub(crate) struct Server {
 
 impl Server {
     pub(crate) async fn start(db_url: &str, log_dir: &Path, name: &str) -> Server {
+        let (mut cmd, addr, log) = Self::command(db_url, log_dir, name);
+        let mut server = Server {
+            child: cmd.spawn().expect("starting partyflow serve"),
+            addr,
+            log,
+        };
+        server.wait_until_healthy().await;
+        server
+    }
+
+    /// The command that starts a `partyflow serve` on `db_url`, on a free port, its log in
+    /// `log_dir`.
+    fn command(db_url: &str, log_dir: &Path, name: &str) -> (Command, SocketAddr, PathBuf) {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -66,13 +79,7 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
-        let mut server = Server {
-            child: cmd.spawn().expect("starting partyflow serve"),
-            addr,
-            log,
-        };
-        server.wait_until_healthy().await;
-        server
+        (cmd, addr, log)
     }
 
     async fn wait_until_healthy(&mut self) {
@@ -512,4 +519,30 @@ async fn deliveries_claimed_ahead_come_back_after_a_kill_9_and_none_is_lost_or_s
     }
     eprintln!("claimed ahead: {KILLS} kills found {claimed_at_kills:?} claimed; {lost} lost attempts; {duplicates} repeats");
     drop(server);
+}
+
+/// docs §7: a SQLite database is served by one process. A second `partyflow serve` on the
+/// same file stops at start with a message that says why; once the first is killed, the
+/// next starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_one_sqlite_database_refuses_to_start() {
+    let Some(db) = server::testkit::fresh_db(server::testkit::Db::Sqlite).await else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let first = Server::start(&db.url, logs.path(), "first").await;
+    let (mut cmd, _, log) = Server::command(&db.url, logs.path(), "second");
+    let status = cmd.status().expect("running a second partyflow serve");
+    assert!(
+        !status.success(),
+        "a second server started on the same SQLite database"
+    );
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("another `partyflow serve` runs on this SQLite database"),
+        "{said}"
+    );
+    first.kill_9();
+    let again = Server::start(&db.url, logs.path(), "again").await;
+    drop(again);
 }
