@@ -972,11 +972,19 @@ impl Engine {
                 }
             }
         }
-        let ahead = if self.claims_ahead {
+        let mut ahead = if self.claims_ahead {
             self.lanes.fast(&destinations)
         } else {
             Vec::new()
         };
+        // Only as many as the free permits can send on without waiting for their records
+        // ([`Detached`]): a claim ahead whose worker waits for its record ages instead.
+        let free = self
+            .handle
+            .starter
+            .get()
+            .map_or(0, |s| s.permits.available_permits());
+        ahead.truncate(free / self.cap());
         let limit = finished.len() + ahead.len() * self.cap();
         let next = ClaimNext {
             destinations,
