@@ -444,7 +444,7 @@ impl LanesInner {
             if lane.workers == 0 {
                 if lane.waiting.is_empty() {
                     self.lanes.remove(&destination);
-                } else if !self.stranded.contains(&destination) {
+                } else {
                     self.stranded.push_back(destination);
                 }
             }
@@ -471,14 +471,25 @@ impl LanesInner {
         next
     }
 
-    /// Parks `w` in its lane, noting the lane as stranded if no worker serves it.
+    /// Parks `w` in its lane, noting the lane as stranded if no worker serves it (once:
+    /// when its first delivery comes to wait).
     fn park(&mut self, w: Waiting) {
         let destination = w.destination();
         let lane = self.lanes.entry(destination).or_default();
         lane.waiting.push_back(w);
-        if lane.workers == 0 && !self.stranded.contains(&destination) {
+        if lane.workers == 0 && lane.waiting.len() == 1 {
             self.stranded.push_back(destination);
         }
+    }
+
+    /// A worker without a lane joins the first stranded lane that still needs one.
+    fn unstrand(&mut self, cap: usize, stale: &mut Vec<Waiting>) -> Option<Waiting> {
+        while let Some(other) = self.stranded.pop_front() {
+            if let Some(w) = self.join(other, cap, stale) {
+                return Some(w);
+            }
+        }
+        None
     }
 }
 
@@ -566,14 +577,28 @@ impl Lanes {
         if let Some(w) = elsewhere.and_then(|to| inner.join(to, cap, &mut stale)) {
             return Taken::waited(w, stale);
         }
-        while let Some(other) = inner.stranded.pop_front() {
-            if let Some(w) = inner.join(other, cap, &mut stale) {
-                return Taken::waited(w, stale);
-            }
+        match inner.unstrand(cap, &mut stale) {
+            Some(w) => Taken::waited(w, stale),
+            None => Taken {
+                stale,
+                ..Taken::default()
+            },
         }
-        Taken {
-            stale,
-            ..Taken::default()
+    }
+
+    /// A new worker (a permit came free) for a stranded lane, if one needs it.
+    fn stranded(&self, cap: usize) -> Taken {
+        let mut inner = self.lock();
+        let mut stale = Vec::new();
+        if inner.stranded.is_empty() {
+            return Taken::default();
+        }
+        match inner.unstrand(cap, &mut stale) {
+            Some(w) => Taken::waited(w, stale),
+            None => Taken {
+                stale,
+                ..Taken::default()
+            },
         }
     }
 
@@ -700,6 +725,7 @@ impl Engine {
                 last_recovery = now;
                 self.recover_expired(now).await;
             }
+            self.unstrand();
             let free = permits.available_permits();
             if free == 0 {
                 tokio::select! {
@@ -854,7 +880,15 @@ impl Engine {
                     }
                     Reply::Detached(detached) => {
                         self.finishing.fetch_sub(1, Ordering::AcqRel);
-                        self.settle_detached(detached.settling, recorded);
+                        let Detached {
+                            settling,
+                            _token,
+                            _permit,
+                        } = *detached;
+                        self.settle_detached(settling, recorded);
+                        // Its permit is free again: a stranded lane may take it.
+                        drop(_permit);
+                        self.unstrand();
                     }
                 }
             }
@@ -892,6 +926,28 @@ impl Engine {
             .lanes
             .enter(w, self.cap(), None, Some(&starter.permits))
         {
+            starter
+                .tracker
+                .spawn(self.clone().deliver(w, starter.cut_short.clone(), permit));
+        }
+    }
+
+    /// Starts a worker for each stranded lane ([`Lanes`]) while permits are free: called
+    /// when permits come free outside a worker (a detached record written, the run loop).
+    fn unstrand(self: &Arc<Self>) {
+        let Some(starter) = self.handle.starter.get() else {
+            return;
+        };
+        if self.stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        while let Ok(permit) = starter.permits.clone().try_acquire_owned() {
+            let taken = self.lanes.stranded(self.cap());
+            self.give_back(taken.stale);
+            let Some(w) = taken.next else {
+                return;
+            };
+            self.metrics.claimed_ahead(true, 1);
             starter
                 .tracker
                 .spawn(self.clone().deliver(w, starter.cut_short.clone(), permit));
@@ -1910,6 +1966,21 @@ mod tests {
         );
         let next = lanes.next_of(full, true, true);
         assert_eq!(next.next.map(|w| w.destination()), Some(full));
+    }
+
+    #[test]
+    fn a_stranded_lane_gets_a_new_worker_when_a_permit_comes_free() {
+        let d = DestinationId::new();
+        let lanes = Lanes::default();
+        let none = Arc::new(Semaphore::new(0));
+        assert!(lanes.stranded(5).next.is_none(), "nothing stranded");
+        lanes.enter(waiting(d, Duration::ZERO), 5, None, Some(&none));
+        lanes.enter(waiting(d, Duration::ZERO), 5, None, Some(&none));
+        let first = lanes.stranded(5);
+        assert_eq!(first.next.map(|w| w.destination()), Some(d));
+        // Its new worker serves the rest; the lane needs no other.
+        assert!(lanes.stranded(5).next.is_none());
+        assert!(lanes.next_of(d, true, true).next.is_some());
     }
 
     #[test]
