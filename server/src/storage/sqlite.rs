@@ -489,7 +489,10 @@ where
 /// Held by the one `partyflow serve` of a SQLite database: an exclusive lock (`flock`) on
 /// `<database>.lock`, released by the kernel when the process ends, however it ends.
 #[derive(Debug)]
-pub struct ServedAlone(#[allow(dead_code)] std::fs::File);
+pub struct ServedAlone {
+    /// The lock lives as long as this open file.
+    _lock: std::fs::File,
+}
 
 /// Takes the lock that makes a process the one serving the SQLite database at `url`; `None`
 /// for another backend. SQLite is served by one process (several instances share a
@@ -515,7 +518,7 @@ pub fn serve_alone(url: &str) -> anyhow::Result<Option<ServedAlone>> {
         .open(&path)
         .map_err(|e| anyhow::anyhow!("opening {}: {e}", path.display()))?;
     match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(Some(ServedAlone(file))),
+        Ok(()) => Ok(Some(ServedAlone { _lock: file })),
         Err(rustix::io::Errno::WOULDBLOCK) => anyhow::bail!(
             "another `partyflow serve` runs on this SQLite database ({} is locked): a SQLite \
              database is served by one process; several instances share a PostgreSQL database",
