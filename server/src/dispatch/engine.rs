@@ -1034,13 +1034,16 @@ impl Engine {
             Vec::new()
         };
         // Only as many as the free permits can send on without waiting for their records
-        // ([`Detached`]): a claim ahead whose worker waits for its record ages instead.
+        // ([`Detached`]): a claim ahead whose worker waits for its record ages instead. And
+        // half the permits are kept for the engine's own claims: a busy engine (many
+        // destinations at once) gains nothing by claiming ahead, its claims do.
         let free = self
             .handle
             .starter
             .get()
             .map_or(0, |s| s.permits.available_permits());
-        ahead.truncate(free / self.cap());
+        let spare = free.saturating_sub(self.settings.concurrency / 2);
+        ahead.truncate(spare / self.cap());
         let limit = finished.len() + ahead.len() * self.cap();
         let next = ClaimNext {
             destinations,
