@@ -406,7 +406,6 @@ struct LanesInner {
 
 /// What a lane gives a worker: the delivery it goes on with (`waited`: one that waited in a
 /// lane), and the waiting ones found too old to send ([`AHEAD_WAITS_AT_MOST`]), to give back.
-#[derive(Default)]
 struct Taken {
     next: Option<Waiting>,
     waited: bool,
@@ -414,10 +413,11 @@ struct Taken {
 }
 
 impl Taken {
-    fn waited(next: Waiting, stale: Vec<Waiting>) -> Self {
+    /// `next`, if any, waited in a lane.
+    fn waited(next: Option<Waiting>, stale: Vec<Waiting>) -> Self {
         Self {
-            next: Some(next),
-            waited: true,
+            waited: next.is_some(),
+            next,
             stale,
         }
     }
@@ -530,11 +530,7 @@ impl Lanes {
         }
         let mut stale = Vec::new();
         let next = may.then(|| inner.pop(destination, &mut stale)).flatten();
-        Taken {
-            waited: next.is_some(),
-            next,
-            stale,
-        }
+        Taken::waited(next, stale)
     }
 
     /// A worker of `destination` is done with its delivery and was `offered` another (a
@@ -564,42 +560,25 @@ impl Lanes {
         }
         if !stopping {
             if let Some(w) = inner.pop(destination, &mut stale) {
-                return Taken::waited(w, stale);
+                return Taken::waited(Some(w), stale);
             }
         }
         inner.leave(destination);
         if stopping {
-            return Taken {
-                stale,
-                ..Taken::default()
-            };
+            return Taken::waited(None, stale);
         }
-        if let Some(w) = elsewhere.and_then(|to| inner.join(to, cap, &mut stale)) {
-            return Taken::waited(w, stale);
-        }
-        match inner.unstrand(cap, &mut stale) {
-            Some(w) => Taken::waited(w, stale),
-            None => Taken {
-                stale,
-                ..Taken::default()
-            },
-        }
+        let next = elsewhere
+            .and_then(|to| inner.join(to, cap, &mut stale))
+            .or_else(|| inner.unstrand(cap, &mut stale));
+        Taken::waited(next, stale)
     }
 
     /// A new worker (a permit came free) for a stranded lane, if one needs it.
     fn stranded(&self, cap: usize) -> Taken {
         let mut inner = self.lock();
         let mut stale = Vec::new();
-        if inner.stranded.is_empty() {
-            return Taken::default();
-        }
-        match inner.unstrand(cap, &mut stale) {
-            Some(w) => Taken::waited(w, stale),
-            None => Taken {
-                stale,
-                ..Taken::default()
-            },
-        }
+        let next = inner.unstrand(cap, &mut stale);
+        Taken::waited(next, stale)
     }
 
     /// Of `destinations`, those to claim ahead for: their last attempt was fast.
@@ -1061,12 +1040,7 @@ impl Engine {
             Err(_) => {
                 let mut each = Vec::with_capacity(finished.len());
                 for f in finished {
-                    let recorded = self.storage.finish_attempt(f, rule, now_ms()).await;
-                    each.push(recorded.map(|effects| Recorded {
-                        hint: effects.more_due,
-                        effects,
-                        next: None,
-                    }));
+                    each.push(self.record_alone(f).await);
                 }
                 each
             }
@@ -1136,15 +1110,7 @@ impl Engine {
         if let Err(tokio::sync::mpsc::error::SendError((finished, _))) =
             self.finisher.send((finished, Reply::Waiting(reply))).await
         {
-            return self
-                .storage
-                .finish_attempt(&finished, &self.settings.auto_disable, now_ms())
-                .await
-                .map(|effects| Recorded {
-                    hint: effects.more_due,
-                    effects,
-                    next: None,
-                });
+            return self.record_alone(&finished).await;
         }
         match answer.await {
             Ok(result) => result,
@@ -1173,19 +1139,24 @@ impl Engine {
         if let Err(tokio::sync::mpsc::error::SendError((finished, Reply::Detached(detached)))) =
             self.finisher.send((finished, reply)).await
         {
-            let settling = detached.settling;
             self.finishing.fetch_sub(1, Ordering::AcqRel);
-            let recorded = self
-                .storage
-                .finish_attempt(&finished, &self.settings.auto_disable, now_ms())
-                .await
-                .map(|effects| Recorded {
-                    hint: effects.more_due,
-                    effects,
-                    next: None,
-                });
-            self.settle_detached(settling, recorded);
+            let recorded = self.record_alone(&finished).await;
+            self.settle_detached(detached.settling, recorded);
         }
+    }
+
+    /// Records one finished attempt in a transaction of its own, claiming no successor:
+    /// when a group's record failed, or the committing task is gone.
+    async fn record_alone(&self, finished: &FinishedAttempt) -> Result<Recorded, StorageError> {
+        let effects = self
+            .storage
+            .finish_attempt(finished, &self.settings.auto_disable, now_ms())
+            .await?;
+        Ok(Recorded {
+            hint: effects.more_due,
+            effects,
+            next: None,
+        })
     }
 
     /// Sleeps until the next delivery is due, a wake-up, a hint, or shutdown. When

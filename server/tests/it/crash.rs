@@ -180,6 +180,44 @@ async fn publish(
     }
 }
 
+/// [`PUBLISHERS`] tasks publishing events `0..events` between them ([`publish`]), each
+/// answering the IDs of what it published.
+fn publishers(
+    client: &reqwest::Client,
+    base: &Arc<RwLock<String>>,
+    space: &str,
+    key: &str,
+    events: usize,
+    fan_out: usize,
+) -> tokio::task::JoinSet<Vec<String>> {
+    let mut publishers = tokio::task::JoinSet::new();
+    for p in 0..PUBLISHERS {
+        let (client, base, space, key) = (
+            client.clone(),
+            base.clone(),
+            space.to_owned(),
+            key.to_owned(),
+        );
+        publishers.spawn(async move {
+            let mut ids = Vec::new();
+            for i in (p..events).step_by(PUBLISHERS) {
+                ids.push(publish(&client, &base, &space, &key, i, fan_out).await);
+            }
+            ids
+        });
+    }
+    publishers
+}
+
+/// Every event ID the [`publishers`] published, once they are done.
+async fn published(mut publishers: tokio::task::JoinSet<Vec<String>>) -> HashSet<String> {
+    let mut published = HashSet::new();
+    while let Some(ids) = publishers.join_next().await {
+        published.extend(ids.unwrap());
+    }
+    published
+}
+
 on_both_backends! {
     async fn a_server_killed_with_sigkill_five_times_during_10000_deliveries_loses_none_and_repeats_only_what_was_in_flight(db) {
         let started = Instant::now();
@@ -203,17 +241,7 @@ on_both_backends! {
             assert_eq!(resp.status().as_u16(), 201);
         }
 
-        let mut publishers = tokio::task::JoinSet::new();
-        for p in 0..PUBLISHERS {
-            let (client, base, space, key) = (client.clone(), base.clone(), space.clone(), key.clone());
-            publishers.spawn(async move {
-                let mut ids = Vec::new();
-                for i in (p..EVENTS).step_by(PUBLISHERS) {
-                    ids.push(publish(&client, &base, &space, &key, i, DESTINATIONS).await);
-                }
-                ids
-            });
-        }
+        let publishers = publishers(&client, &base, &space, &key, EVENTS, DESTINATIONS);
 
         // Kill while deliveries flow, at evenly spaced points of the run: the receiver
         // has seen some, not all; then start the next process on the same database.
@@ -229,10 +257,7 @@ on_both_backends! {
             *base.write().unwrap() = format!("http://{}", server.addr);
         }
 
-        let mut published = HashSet::new();
-        while let Some(ids) = publishers.join_next().await {
-            published.extend(ids.unwrap());
-        }
+        let published = published(publishers).await;
         assert_eq!(published.len(), EVENTS, "one event per idempotency key");
 
         // Every delivery ends succeeded (bounded wait).
@@ -413,17 +438,7 @@ async fn deliveries_claimed_ahead_come_back_after_a_kill_9_and_none_is_lost_or_s
     let destination: serde_json::Value = resp.json().await.unwrap();
     let destination = destination["id"].as_str().unwrap().parse().unwrap();
 
-    let mut publishers = tokio::task::JoinSet::new();
-    for p in 0..PUBLISHERS {
-        let (client, base, space, key) = (client.clone(), base.clone(), space.clone(), key.clone());
-        publishers.spawn(async move {
-            let mut ids = Vec::new();
-            for i in (p..EVENTS).step_by(PUBLISHERS) {
-                ids.push(publish(&client, &base, &space, &key, i, 1).await);
-            }
-            ids
-        });
-    }
+    let publishers = publishers(&client, &base, &space, &key, EVENTS, 1);
     let sending = DeliveryFilter {
         space_id: Some(created.space.id),
         destination_id: Some(destination),
@@ -453,11 +468,7 @@ async fn deliveries_claimed_ahead_come_back_after_a_kill_9_and_none_is_lost_or_s
         server = Server::start(&db.url, logs.path(), &format!("run-{k}")).await;
         *base.write().unwrap() = format!("http://{}", server.addr);
     }
-    let mut published = HashSet::new();
-    while let Some(ids) = publishers.join_next().await {
-        published.extend(ids.unwrap());
-    }
-    assert_eq!(published.len(), EVENTS);
+    assert_eq!(published(publishers).await.len(), EVENTS);
     assert!(
         claimed_at_kills.iter().any(|n| *n > 5),
         "no kill found deliveries claimed ahead: {claimed_at_kills:?}"
