@@ -107,28 +107,40 @@ pub(super) fn filtering_in(space: &str) -> String {
 pub struct PublishChecks {
     pub schema_version: Option<UnixMs>,
     pub filtering: Vec<Destination>,
-    /// The subscribers of the event's type, where the read took them (a REST publish on
-    /// SQLite): the publish writes its fan-out from them in one round trip.
+    /// The subscribers of the event's type, where the read took them (a REST publish):
+    /// the publish writes its fan-out from them in one round trip.
     pub subscribers: Option<ReadSubscribers>,
 }
 
-/// The subscribers of an event's type as a publish read them before its write (SQLite):
+/// The subscribers of an event's type as a publish read them before its write:
 /// each one's ID, status, `updated_at` and types, in one JSON text ([`subscribers_json`]).
-/// The publish's one string writes only if the same text, computed again under the write
-/// lock, is unchanged; otherwise it writes nothing and the publish reads them again
-/// under the lock, as always ([`EventStore::publish_events`]). So the fan-out is the one
-/// of the moment of the write, as when the subscribers are read under the lock.
+/// The publish's one string writes only if the same text, computed again in the write
+/// (under SQLite's write lock; in PostgreSQL's statement, as the transaction of a publish
+/// read them statement by statement), is unchanged; otherwise it writes nothing and the
+/// publish reads them again in its transaction, as always
+/// ([`EventStore::publish_events`]). So the fan-out is the one of the moment of the
+/// write, as when the subscribers are read in the write's transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadSubscribers(String);
 
-/// SQL (SQLite): the JSON text of [`ReadSubscribers`], the subscribers of `space` whose
-/// subscription entries are among `keys` (a JSON array: [`subscription_keys`]), by ID.
-fn subscribers_json(space: &str, keys: &str) -> String {
-    format!(
-        "(SELECT json_group_array(json_array(f.id, f.status, f.updated_at, f.event_types) ORDER BY f.id) \
-         FROM destinations AS f WHERE f.id IN (SELECT destination_id FROM subscriptions \
-           WHERE space_id = {space} AND event_type IN (SELECT value FROM json_each({keys}))))"
-    )
+/// SQL: the JSON text of [`ReadSubscribers`], the subscribers of `space` whose
+/// subscription entries are among `keys` (a JSON array: [`subscription_keys`]), by ID;
+/// `[]` when there are none. The same text on both backends' side of a publish: its
+/// checks' read and its guarded write ([`Store::publish_as_read`]).
+fn subscribers_json(backend: Backend, space: &str, keys: &str) -> String {
+    match backend {
+        Backend::Sqlite => format!(
+            "(SELECT json_group_array(json_array(f.id, f.status, f.updated_at, f.event_types) ORDER BY f.id) \
+             FROM destinations AS f WHERE f.id IN (SELECT destination_id FROM subscriptions \
+               WHERE space_id = {space} AND event_type IN (SELECT value FROM json_each({keys}))))"
+        ),
+        Backend::Postgres => format!(
+            "(SELECT COALESCE(json_agg(json_build_array(f.id, f.status, f.updated_at, f.event_types) \
+               ORDER BY f.id), '[]')::text \
+             FROM destinations AS f WHERE f.id IN (SELECT destination_id FROM subscriptions \
+               WHERE space_id = {space} AND event_type IN (SELECT json_array_elements_text({keys}::json))))"
+        ),
+    }
 }
 
 /// [`subscription_keys`] of `event_type` as a JSON array, for [`subscribers_json`].
@@ -183,11 +195,10 @@ where
     ) -> Result<Vec<Result<Published>>> {
         let mut writer = self.writes.writer(Durability::Full).await?;
         if let [new] = batch {
-            // A group of one without a key (every publish at low load) on SQLite: one
-            // round trip when its subscribers were read with its checks and have not
-            // changed since ([`Self::publish_as_read`]), two otherwise
-            // ([`Self::publish_alone`]).
-            if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
+            // A group of one without a key (every publish at low load): one round trip
+            // when its subscribers were read with its checks and have not changed since
+            // ([`Self::publish_as_read`]); else, on SQLite, two ([`Self::publish_alone`]).
+            if new.idempotency_key.is_none() {
                 if let Some((read, fan)) = Self::fan_out_as_read(new)? {
                     if let Some(published) =
                         Self::publish_as_read(writer, new, now, read, fan).await?
@@ -196,6 +207,8 @@ where
                     }
                     writer = self.writes.writer(Durability::Full).await?;
                 }
+            }
+            if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
                 let published = Self::publish_alone(&mut writer, new, now, None).await?;
                 return Ok(vec![published.ok_or_else(|| {
                     StorageError::Internal("a publish without a replay guard was a replay".into())
@@ -406,27 +419,22 @@ where
         space_id: SpaceId,
         event_type: &str,
     ) -> Result<(ApiKey, PublishChecks)> {
-        // The checks' rows, each with the key's columns; none without the key.
-        // On SQLite, with the subscribers of the type, for the publish's one round trip.
-        let sqlite = D::BACKEND == Backend::Sqlite;
-        let subscribers = match sqlite {
-            true => subscribers_json("$1", "$4"),
-            false => "NULL".into(),
-        };
+        // The checks' rows, each with the key's columns; none without the key. With the
+        // subscribers of the type, for the publish's one round trip.
+        let subscribers = subscribers_json(D::BACKEND, "$1", "$4");
         let sql = format!(
             "SELECT {API_KEY_AS_KEY}, {}, {subscribers} AS subscribers FROM api_keys AS k {} \
              WHERE k.key_hash = $3 AND k.revoked_at IS NULL",
             checks_of_space("$1", "$2"),
             filtering_in("$1")
         );
-        let mut query = sqlx::query(&sql)
+        let rows = sqlx::query(&sql)
             .bind(space_id.to_string())
             .bind(event_type)
-            .bind(key_hash);
-        if sqlite {
-            query = query.bind(keys_json(event_type)?);
-        }
-        let rows = query.fetch_all(&self.read).await?;
+            .bind(key_hash)
+            .bind(keys_json(event_type)?)
+            .fetch_all(&self.read)
+            .await?;
         let Some(first) = rows.first() else {
             return Err(StorageError::NotFound);
         };
@@ -750,10 +758,13 @@ where
     }
 
     /// An event published alone whose subscribers its checks `read`, written in one
-    /// round trip (SQLite): `BEGIN`; the event, only if [`subscribers_json`] is still the
-    /// text read; its deliveries, only if the event was written; the claim of them (none
-    /// without the event: the permits reserved are for its own); `COMMIT`. `None` when
-    /// the subscribers changed: nothing was written.
+    /// round trip: the event, only if [`subscribers_json`] is still the text read; its
+    /// deliveries, only if the event was written. On SQLite a string of statements:
+    /// `BEGIN`, those two, the claim of the deliveries (none without the event: the
+    /// permits reserved are for its own), `COMMIT`. On PostgreSQL one statement, its own
+    /// transaction (the event's INSERT a `WITH` of the deliveries'), in place of five
+    /// round trips (`BEGIN`, the event, the subscribers, the deliveries, `COMMIT`).
+    /// `None` when the subscribers changed: nothing was written.
     async fn publish_as_read(
         writer: super::write::Writer<'_, D::DB>,
         new: &NewEvent,
@@ -780,32 +791,44 @@ where
             .as_ref()
             .filter(|_| e.deliver_at.is_none() && !targets.is_empty())
             .and_then(|claim| Some((claim, D::claim_for_event_after(k + 8)?)));
-        let mut text = format!(
-            "{}INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
+        let event = format!(
+            "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
              SELECT {}, {}, {}, {}, {}, {} WHERE {} = {}",
-            writer.opening(),
             n(1),
             n(2),
             n(3),
             n(4),
             n(5),
             n(6),
-            subscribers_json(&n(2), &n(7)),
+            subscribers_json(D::BACKEND, &n(2), &n(7)),
             n(8),
         );
-        if !targets.is_empty() {
-            text.push_str(&format!(
-                "; {DELIVERY_INSERT} SELECT * FROM ({values}) \
-                 WHERE EXISTS (SELECT 1 FROM events WHERE id = {})",
-                n(1)
-            ));
-        }
-        match &claim {
-            // The claim's statements end with the `COMMIT`.
-            Some((_, after)) => text.push_str(&format!("; {after}")),
-            None => text.push_str("; COMMIT"),
-        }
-        sql = text;
+        let one_statement = D::BACKEND == Backend::Postgres;
+        sql = if one_statement {
+            match targets.is_empty() {
+                true => event,
+                false => format!(
+                    "WITH written AS ({event} RETURNING id) \
+                     {DELIVERY_INSERT} SELECT * FROM ({values}) AS v \
+                     WHERE EXISTS (SELECT 1 FROM written)"
+                ),
+            }
+        } else {
+            let mut text = format!("{}{event}", writer.opening());
+            if !targets.is_empty() {
+                text.push_str(&format!(
+                    "; {DELIVERY_INSERT} SELECT * FROM ({values}) \
+                     WHERE EXISTS (SELECT 1 FROM events WHERE id = {})",
+                    n(1)
+                ));
+            }
+            match &claim {
+                // The claim's statements end with the `COMMIT`.
+                Some((_, after)) => text.push_str(&format!("; {after}")),
+                None => text.push_str("; COMMIT"),
+            }
+            text
+        };
         let event_id = e.id.to_string();
         let mut query = sqlx::query_with(&sql, args)
             .bind(event_id.clone())
@@ -826,12 +849,21 @@ where
             query = D::bind_claim_for(query, &next, now)?.bind(event_id);
         }
         let results = writer.run_transaction_batch(query).await?;
-        // The event's INSERT is the statement after the `BEGIN`.
-        let written = results
-            .iter()
-            .filter_map(|step| step.as_ref().left())
-            .nth(1)
-            .is_some_and(|inserted| inserted.rows_affected() == 1);
+        let written = if one_statement {
+            // All the deliveries or none (the event's, when it has none).
+            let rows = targets.len().max(1) as u64;
+            results
+                .iter()
+                .find_map(|step| step.as_ref().left())
+                .is_some_and(|inserted| inserted.rows_affected() == rows)
+        } else {
+            // The event's INSERT is the statement after the `BEGIN`.
+            results
+                .iter()
+                .filter_map(|step| step.as_ref().left())
+                .nth(1)
+                .is_some_and(|inserted| inserted.rows_affected() == 1)
+        };
         if !written {
             return Ok(None);
         }

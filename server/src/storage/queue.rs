@@ -435,6 +435,9 @@ where
         now: UnixMs,
     ) -> Result<FinishEffects> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
+        if D::BACKEND == Backend::Postgres && Self::finishes_at_once(f) {
+            return Self::finish_alone(writer, f, now).await;
+        }
         let mut tx = writer.begin().await?;
         let effects = Self::finish_in(&mut tx, f, rule, now).await?;
         tx.commit().await?;
@@ -452,6 +455,11 @@ where
         // whole transaction is one round trip.
         if D::BACKEND == Backend::Sqlite && batch.iter().all(Self::finishes_at_once) {
             return Self::finish_all_at_once(writer, batch, now).await;
+        }
+        if let [f] = batch {
+            if D::BACKEND == Backend::Postgres && Self::finishes_at_once(f) {
+                return Ok(vec![Self::finish_alone(writer, f, now).await?]);
+            }
         }
         let mut writer = writer;
         let mut tx = writer.begin().await?;
@@ -915,6 +923,33 @@ where
         Ok(FinishEffects {
             applied,
             more_due,
+            ..Default::default()
+        })
+    }
+
+    /// An attempt that [finishes at once](Self::finishes_at_once), recorded alone on
+    /// PostgreSQL: its one statement ([`finish_statement`]) is its own transaction, one
+    /// round trip instead of three with `BEGIN` and `COMMIT` (every record at low load).
+    async fn finish_alone(
+        writer: super::write::Writer<'_, D::DB>,
+        f: &FinishedAttempt,
+        now: UnixMs,
+    ) -> Result<FinishEffects> {
+        let sql = finish_statement();
+        let results = writer
+            .run_transaction_batch(Self::finish_batches_query(
+                &sql,
+                std::slice::from_ref(f),
+                now,
+            ))
+            .await?;
+        let row = results
+            .iter()
+            .find_map(|step| step.as_ref().right())
+            .ok_or_else(|| StorageError::Internal("an attempt's record answered no row".into()))?;
+        Ok(FinishEffects {
+            applied: sqlx::Row::try_get::<bool, _>(row, 0)?,
+            more_due: Some(sqlx::Row::try_get::<bool, _>(row, 1)?),
             ..Default::default()
         })
     }
