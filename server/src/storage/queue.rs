@@ -704,6 +704,40 @@ where
         Ok((granted, wait))
     }
 
+    /// [`Self::take_slots_in`] for a plan's key inside a claim's transaction on
+    /// PostgreSQL, in one statement instead of three: the key's row (locked), the
+    /// window's end and the slots, as [`PLAN_SLOTS`] writes them. The claim holds the
+    /// claims' advisory lock, and only claims take plan slots, so nothing waits between
+    /// the slots' date and their INSERT.
+    async fn take_plan_slots_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        key: &str,
+        wanted: i64,
+        limit: i64,
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<(i64, i64)> {
+        if D::BACKEND != Backend::Postgres {
+            return Self::take_slots_in(tx, key, wanted, limit, window_ms, now).await;
+        }
+        let now = now.max(crate::clock::now_ms());
+        let done = sqlx::query(PLAN_SLOTS)
+            .bind(key)
+            .bind(now)
+            .bind(now - window_ms)
+            .bind(limit)
+            .bind(wanted)
+            .execute(&mut **tx)
+            .await?;
+        let granted = done.rows_affected() as i64;
+        let wait = if granted < wanted {
+            Self::until_a_slot_frees_in(tx, key, window_ms, now).await?
+        } else {
+            0
+        };
+        Ok((granted, wait))
+    }
+
     /// Gives claimed deliveries back without an attempt (a rate limit said "not now"),
     /// due at `until` and marked `rate_limited`, with every other due delivery of the
     /// same scope, inside `tx`.
@@ -772,7 +806,7 @@ where
                     .map(|c| c.delivery.id)
                     .collect();
                 let wanted = in_space.len() as i64;
-                let (granted, wait) = Self::take_slots_in(
+                let (granted, wait) = Self::take_plan_slots_in(
                     tx,
                     &format!("plan:{space}"),
                     wanted,
@@ -1297,6 +1331,20 @@ pub(super) const FINISH_PARAMETERS: usize = 27;
 
 /// `sql` with every parameter `$n` renamed `$(n + by)`, so several statements that each
 /// number theirs from `$1` can share one string and one argument list.
+/// PostgreSQL's one statement that takes up to `$5` slots of the rate window `$1` at once
+/// ([`Store::take_plan_slots_in`]): the key's row, touched at `$2` and locked, answers how
+/// many slots it holds (`taken`, as the triggers keep it); the window's slots at or before
+/// `$3` go; as many slots as the limit `$4` leaves go in, dated `$2`. Its parts see the
+/// table as the statement began, so the slots left are counted from the key's row less the
+/// slots this statement deleted, not read back. The triggers then bring `taken` up to date
+/// for both changes, at the statement's end. Its changed rows are the slots granted.
+const PLAN_SLOTS: &str = "WITH k AS ( \
+       INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
+       ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at RETURNING taken \
+     ), gone AS (DELETE FROM rate_events WHERE key = $1 AND at <= $3 RETURNING 1) \
+     INSERT INTO rate_events (key, at) SELECT $1, $2 FROM generate_series(1, $5::bigint) AS v(n) \
+     WHERE v.n <= $4 - ((SELECT taken FROM k) - (SELECT COUNT(*) FROM gone))";
+
 /// SQLite's statements that take up to `wanted` slots of a rate window at once: the key's
 /// row (`$1`, touched at `$2`), the window's end (slots at or before `$3` go), then as many
 /// slots as the running count leaves under the limit (`$4`); the last statement's changed

@@ -682,6 +682,44 @@ on_both_backends! {
     }
 }
 
+on_both_backends! {
+    /// A claim takes its space's plan slots (docs D4) with the same count: as many as the
+    /// plan leaves in the window, the rest held back; the window's old slots go at the
+    /// next claim after it; the key's `taken` is its slots all along (on PostgreSQL the
+    /// slots are one statement whose parts see the table as it began).
+    async fn a_claim_takes_its_plan_slots_and_the_keys_count_stays_its_slots(db) {
+        use server::domain::PerPlan;
+        use server::storage::{ClaimLimits, PlanLimits};
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let key = format!("plan:{}", s.id);
+        let d = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&d, None).await.unwrap();
+        for _ in 0..6 {
+            store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
+        }
+        let per_second = PerPlan { free: 4, pro: 100, enterprise: 1_000 };
+        let limits = ClaimLimits {
+            per_destination: 100,
+            retries: i64::MAX,
+            plans: Some(PlanLimits { per_second, window_ms: 1_000 }),
+        };
+        let now = server::clock::now_ms();
+        let first = store.claim(now, 3, 60_000, &limits).await.unwrap();
+        assert_eq!((first.deliveries.len(), first.held_by_plan), (3, 0));
+        assert_eq!(taken_and_counted(&db, &key).await, (Some(3), 3));
+        // One slot left of four: one claimed, the two others held back.
+        let second = store.claim_for(&[d.id], now + 1, 100, 60_000, &limits).await.unwrap();
+        assert_eq!((second.deliveries.len(), second.held_by_plan), (1, 2));
+        assert_eq!(taken_and_counted(&db, &key).await, (Some(4), 4));
+        // A window later the four old slots go and the two held back take theirs.
+        let later = server::clock::now_ms().max(now) + 2_000;
+        let third = store.claim(later, 100, 60_000, &limits).await.unwrap();
+        assert_eq!((third.deliveries.len(), third.held_by_plan), (2, 0), "{third:?}");
+        assert_eq!(taken_and_counted(&db, &key).await, (Some(2), 2));
+    }
+}
+
 /// `deliveries` as their workers record them: answered 200.
 fn succeeded(deliveries: &[Delivery]) -> Vec<server::storage::FinishedAttempt> {
     crate::helpers::answered(deliveries, 200, server::storage::NextStep::Succeeded)
