@@ -662,6 +662,13 @@ async fn bench() -> anyhow::Result<()> {
             Processes::default(),
         )
     };
+    let procs = Processes {
+        database: match &created {
+            Some(_) => postmaster_of(&url).await,
+            None => None,
+        },
+        ..procs
+    };
     let bench = Bench {
         base: format!("http://{addr}"),
         key: space.api_key.clone(),
@@ -1040,6 +1047,51 @@ enum Running {
 struct Processes {
     server: Option<u32>,
     receiver: Option<u32>,
+    /// PostgreSQL's postmaster, when the database runs on this machine: its processes'
+    /// CPU (the connections' backends, the WAL writer, autovacuum…) is counted too, as the
+    /// work of the database a delivery needs.
+    database: Option<u32>,
+}
+
+/// The postmaster of the PostgreSQL at `url` if it runs on this machine: the parent of
+/// the backend serving a connection of ours.
+async fn postmaster_of(url: &str) -> Option<u32> {
+    let pool = sqlx::PgPool::connect(url).await.ok()?;
+    let (backend,): (i32,) = sqlx::query_as("SELECT pg_backend_pid()")
+        .fetch_one(&pool)
+        .await
+        .ok()?;
+    pool.close().await;
+    let parent = parent_of(&backend.to_string())?;
+    let name = std::fs::read_to_string(format!("/proc/{parent}/comm")).ok()?;
+    name.trim().starts_with("postgres").then_some(parent)
+}
+
+/// The parent of the process `pid`, from `/proc`.
+fn parent_of(pid: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    // ppid is field 4 of stat; the second after the name.
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU seconds used so far by `parent` and by each of its children, by PID.
+fn cpu_seconds_of_family(parent: u32) -> BTreeMap<u32, f64> {
+    let mut family = BTreeMap::new();
+    family.insert(parent, cpu_seconds_of(&parent.to_string()));
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return family;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if parent_of(&pid.to_string()) == Some(parent) {
+            family.insert(pid, cpu_seconds_of(&pid.to_string()));
+        }
+    }
+    family
 }
 
 /// CPU seconds used so far by this process, the server and the receiver.
@@ -1050,6 +1102,8 @@ struct CpuMark {
     receiver: f64,
     /// Context switches of the server's threads by name (this process's, in process).
     switches: BTreeMap<String, u64>,
+    /// PostgreSQL's processes (see [`Processes::database`]), by PID.
+    database: BTreeMap<u32, f64>,
 }
 
 impl CpuMark {
@@ -1062,7 +1116,20 @@ impl CpuMark {
             switches: context_switches_of(
                 &procs.server.map_or("self".to_owned(), |p| p.to_string()),
             ),
+            database: procs
+                .database
+                .map(cpu_seconds_of_family)
+                .unwrap_or_default(),
         }
+    }
+
+    /// The CPU seconds PostgreSQL's processes used since `before` (those that ended
+    /// meanwhile are not counted; a connection pool keeps its backends).
+    fn database_since(&self, before: &Self) -> f64 {
+        self.database
+            .iter()
+            .map(|(pid, now)| now - before.database.get(pid).copied().unwrap_or(0.0))
+            .sum()
     }
 
     /// Prints the CPU used since this mark per delivery, for `deliveries` deliveries.
@@ -1103,6 +1170,12 @@ impl CpuMark {
             );
             println!(
                 "  context switches per delivery (the whole process): {switches:.1} ({threads})"
+            );
+        }
+        if procs.database.is_some() {
+            println!(
+                "  CPU per delivery of PostgreSQL (all its processes): {:.0} µs",
+                per(now.database_since(self))
             );
         }
     }
@@ -1162,6 +1235,7 @@ async fn start_external(
     let procs = Processes {
         server: server.id(),
         receiver: receiver.id(),
+        database: None,
     };
     let client = reqwest::Client::new();
     let ready = format!("http://{addr}/readyz");

@@ -134,11 +134,15 @@ fn subscribers_json(backend: Backend, space: &str, keys: &str) -> String {
              FROM destinations AS f WHERE f.id IN (SELECT destination_id FROM subscriptions \
                WHERE space_id = {space} AND event_type IN (SELECT value FROM json_each({keys}))))"
         ),
+        // The keys as an array (`= ANY`), not a set (`IN (SELECT …)`): the planner takes a
+        // set of unknown size for a hundred rows and scans every subscription of the space
+        // (10,000 destinations: 1 ms a read, twice a publish); an array goes by the index.
         Backend::Postgres => format!(
             "(SELECT COALESCE(json_agg(json_build_array(f.id, f.status, f.updated_at, f.event_types) \
                ORDER BY f.id), '[]')::text \
              FROM destinations AS f WHERE f.id IN (SELECT destination_id FROM subscriptions \
-               WHERE space_id = {space} AND event_type IN (SELECT json_array_elements_text({keys}::json))))"
+               WHERE space_id = {space} \
+                 AND event_type = ANY (ARRAY(SELECT json_array_elements_text({keys}::json)))))"
         ),
     }
 }
