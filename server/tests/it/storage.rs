@@ -720,6 +720,76 @@ on_both_backends! {
     }
 }
 
+on_both_backends! {
+    /// A group of REST publishes (events without keys, their subscribers read with their
+    /// checks) is written as read when no subscriber changed since (SQLite: one round
+    /// trip); when one changed, the group writes the fan-out of the moment of its write,
+    /// every event once.
+    async fn a_group_of_publishes_writes_the_fan_out_of_the_moment_of_its_write(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let key = api_key(s.id);
+        store.create_api_key(&key, "hash-1", None).await.unwrap();
+        let a = destination(s.id, Some(&["order.*"]), DestinationStatus::Active);
+        let b = destination(s.id, None, DestinationStatus::Active);
+        for d in [&a, &b] {
+            store.create_destination(d, None).await.unwrap();
+        }
+        let read = |event_type: &'static str| async move {
+            store.publish_checks_with_key("hash-1", s.id, event_type).await.unwrap().1.subscribers
+        };
+        let published = |answers: Vec<server::storage::Result<Published>>| {
+            answers
+                .into_iter()
+                .map(|p| match p.unwrap() {
+                    Published::Created { deliveries, skipped, mut destinations, .. } => {
+                        destinations.sort();
+                        (deliveries, skipped, destinations)
+                    }
+                    other => panic!("expected a new event, got {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut both = vec![a.id, b.id];
+        both.sort();
+
+        // As read: each event to `a` and `b`.
+        let (paid, sent) = (read("order.paid").await, read("order.sent").await);
+        assert!(paid.is_some() && sent.is_some(), "read with the checks");
+        let group: Vec<NewEvent> = [("order.paid", &paid), ("order.paid", &paid), ("order.sent", &sent)]
+            .into_iter()
+            .map(|(t, read)| NewEvent { subscribers: read.clone(), ..event(s.id, t) })
+            .collect();
+        let answers = published(store.publish_events(&group, NOW).await.unwrap());
+        assert_eq!(answers, vec![(2, 0, both.clone()); 3]);
+
+        // Read, then `b` disabled and `c` created for `order.paid`: the group writes what
+        // the subscribers are at its write.
+        let (paid, sent) = (read("order.paid").await, read("order.sent").await);
+        store.set_destination_status(s.id, b.id, DestinationStatus::Inactive, None, NOW, None).await.unwrap();
+        let c = destination(s.id, Some(&["order.paid"]), DestinationStatus::Active);
+        store.create_destination(&c, None).await.unwrap();
+        let group: Vec<NewEvent> = [("order.paid", &paid), ("order.sent", &sent)]
+            .into_iter()
+            .map(|(t, read)| NewEvent { subscribers: read.clone(), ..event(s.id, t) })
+            .collect();
+        let answers = published(store.publish_events(&group, NOW).await.unwrap());
+        let mut a_and_c = vec![a.id, c.id];
+        a_and_c.sort();
+        assert_eq!(answers, vec![(2, 1, a_and_c), (1, 1, vec![a.id])]);
+        assert_eq!(store.get_destination(s.id, b.id).await.unwrap().skipped_events, 2);
+        // Every event of both groups once, with its deliveries: five to `a`, one to `c`
+        // (and the first group's three to `b`, which is inactive now).
+        for e in &group {
+            assert!(store.get_event(s.id, e.event.id).await.is_ok());
+        }
+        let limits = server::storage::ClaimLimits { per_destination: 100, retries: i64::MAX, plans: None };
+        let due = store.claim_for(&[a.id, c.id], NOW + 1, 100, 60_000, &limits).await.unwrap();
+        let to = |d: DestinationId| due.deliveries.iter().filter(|x| x.destination_id == d).count();
+        assert_eq!((to(a.id), to(c.id)), (5, 1));
+    }
+}
+
 /// `deliveries` as their workers record them: answered 200.
 fn succeeded(deliveries: &[Delivery]) -> Vec<server::storage::FinishedAttempt> {
     crate::helpers::answered(deliveries, 200, server::storage::NextStep::Succeeded)
