@@ -619,6 +619,24 @@ async fn deleting_a_destination_that_meets_a_deadlock_is_tried_again() {
         let store = store.clone();
         async move { store.delete_destination(s.id, d.id, None).await }
     });
+    // The cascade waits for it (seen in `pg_stat_activity`, not guessed from a sleep: on a
+    // busy machine the delete may start late), and well before the other waits in turn,
+    // so its deadlock check runs first and picks it.
+    let waiting = "SELECT COUNT(*) FROM pg_stat_activity \
+                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    let started = std::time::Instant::now();
+    while sqlx::query_scalar::<_, i64>(waiting)
+        .fetch_one(&raw)
+        .await
+        .unwrap()
+        == 0
+    {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the delete never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     // …then waits for the one the cascade took first: each waits on the other.
     sqlx::query("UPDATE deliveries SET updated_at = updated_at + 1 WHERE id = $1")
