@@ -644,6 +644,17 @@ where
                 break;
             }
         }
+        Self::granted_in(tx, key, (granted, wanted), window_ms, now).await
+    }
+
+    /// `granted` of `wanted` slots of `key`, and when one frees if not all were (0 if all were).
+    async fn granted_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        key: &str,
+        (granted, wanted): (i64, i64),
+        window_ms: i64,
+        now: UnixMs,
+    ) -> Result<(i64, i64)> {
         let wait = if granted < wanted {
             Self::until_a_slot_frees_in(tx, key, window_ms, now).await?
         } else {
@@ -696,12 +707,7 @@ where
             .try_collect()
             .await?;
         let granted = done.last().copied().unwrap_or(0) as i64;
-        let wait = if granted < wanted {
-            Self::until_a_slot_frees_in(tx, key, window_ms, now).await?
-        } else {
-            0
-        };
-        Ok((granted, wait))
+        Self::granted_in(tx, key, (granted, wanted), window_ms, now).await
     }
 
     /// [`Self::take_slots_in`] for a plan's key inside a claim's transaction on
@@ -730,12 +736,7 @@ where
             .execute(&mut **tx)
             .await?;
         let granted = done.rows_affected() as i64;
-        let wait = if granted < wanted {
-            Self::until_a_slot_frees_in(tx, key, window_ms, now).await?
-        } else {
-            0
-        };
-        Ok((granted, wait))
+        Self::granted_in(tx, key, (granted, wanted), window_ms, now).await
     }
 
     /// Gives claimed deliveries back without an attempt (a rate limit said "not now"),
@@ -1329,8 +1330,6 @@ pub(super) const FINISH_CHUNK: usize = 8;
 /// How many parameters [`Store::finish_batch`] takes (`$1` … `$27`).
 pub(super) const FINISH_PARAMETERS: usize = 27;
 
-/// `sql` with every parameter `$n` renamed `$(n + by)`, so several statements that each
-/// number theirs from `$1` can share one string and one argument list.
 /// PostgreSQL's one statement that takes up to `$5` slots of the rate window `$1` at once
 /// ([`Store::take_plan_slots_in`]): the key's row, touched at `$2` and locked, answers how
 /// many slots it holds (`taken`, as the triggers keep it); the window's slots at or before
@@ -1371,6 +1370,8 @@ fn slot_frees_in(oldest: Option<UnixMs>, window_ms: i64, now: UnixMs, short: boo
     (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
 }
 
+/// `sql` with every parameter `$n` renamed `$(n + by)`, so several statements that each
+/// number theirs from `$1` can share one string and one argument list.
 pub(super) fn renumbered(sql: &str, by: usize) -> String {
     let mut out = String::with_capacity(sql.len() + sql.len() / 8);
     let mut rest = sql;

@@ -65,6 +65,22 @@ fn api_key(space: SpaceId) -> ApiKey {
     }
 }
 
+/// A space with an API key (hashed `hash-1`) and two active destinations: `a` for
+/// `order.*`, `b` for every type (the publish-as-read tests).
+async fn with_order_subscribers(store: &dyn Storage) -> (Space, Destination, Destination) {
+    let s = space(store, Plan::Free).await;
+    store
+        .create_api_key(&api_key(s.id), "hash-1", None)
+        .await
+        .unwrap();
+    let a = destination(s.id, Some(&["order.*"]), DestinationStatus::Active);
+    let b = destination(s.id, None, DestinationStatus::Active);
+    for d in [&a, &b] {
+        store.create_destination(d, None).await.unwrap();
+    }
+    (s, a, b)
+}
+
 fn event(space: SpaceId, event_type: &str) -> NewEvent {
     NewEvent {
         event: Event {
@@ -745,14 +761,7 @@ on_both_backends! {
     /// every event once.
     async fn a_group_of_publishes_writes_the_fan_out_of_the_moment_of_its_write(db) {
         let store = db.storage.as_ref();
-        let s = space(store, Plan::Free).await;
-        let key = api_key(s.id);
-        store.create_api_key(&key, "hash-1", None).await.unwrap();
-        let a = destination(s.id, Some(&["order.*"]), DestinationStatus::Active);
-        let b = destination(s.id, None, DestinationStatus::Active);
-        for d in [&a, &b] {
-            store.create_destination(d, None).await.unwrap();
-        }
+        let (s, a, b) = with_order_subscribers(store).await;
         let read = |event_type: &'static str| async move {
             store.publish_checks_with_key("hash-1", s.id, event_type).await.unwrap().1.subscribers
         };
@@ -1041,15 +1050,9 @@ on_both_backends! {
     async fn a_publish_writes_the_fan_out_of_the_moment_of_its_write_whatever_it_read_before(db) {
         use server::storage::{ClaimLimits, ClaimNext};
         let store = db.storage.as_ref();
-        let s = space(store, Plan::Free).await;
-        let key = api_key(s.id);
-        store.create_api_key(&key, "hash-1", None).await.unwrap();
-        let a = destination(s.id, Some(&["order.*"]), DestinationStatus::Active);
-        let b = destination(s.id, None, DestinationStatus::Active);
+        let (s, a, b) = with_order_subscribers(store).await;
         let elsewhere = destination(s.id, Some(&["invoice.paid"]), DestinationStatus::Active);
-        for d in [&a, &b, &elsewhere] {
-            store.create_destination(d, None).await.unwrap();
-        }
+        store.create_destination(&elsewhere, None).await.unwrap();
         let read = || async {
             store.publish_checks_with_key("hash-1", s.id, "order.paid").await.unwrap().1.subscribers
         };
