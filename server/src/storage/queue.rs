@@ -557,7 +557,7 @@ where
             ));
         }
         let mut tx = writer.begin().await?;
-        let taken = Self::take_slots_in(&mut tx, key, wanted, limit, window_ms, now).await?;
+        let taken = Self::take_slots_in(&mut tx, key, wanted, limit, window_ms, now, false).await?;
         tx.commit().await?;
         Ok(taken)
     }
@@ -587,6 +587,10 @@ where
 {
     /// Up to `wanted` slots of the rate window `key` (at most `limit` per `window_ms`),
     /// inside `tx`: how many were granted, and when one frees if not all were.
+    /// `in_claim`: `tx` is a claim's, which holds the claims' turn (PostgreSQL's advisory
+    /// lock), and the key a plan's, which only claims take: on PostgreSQL the slots are
+    /// then one statement ([`PLAN_SLOTS`]), three otherwise, since nothing can wait
+    /// between the slots' date and their INSERT.
     async fn take_slots_in(
         tx: &mut WriteTx<'_, D::DB>,
         key: &str,
@@ -594,9 +598,23 @@ where
         limit: i64,
         window_ms: i64,
         now: UnixMs,
+        in_claim: bool,
     ) -> Result<(i64, i64)> {
         if D::BACKEND == Backend::Sqlite && wanted <= RATE_ROWS_PER_INSERT {
             return Self::take_slots_at_once_in(tx, key, wanted, limit, window_ms, now).await;
+        }
+        if D::BACKEND == Backend::Postgres && in_claim {
+            let now = now.max(crate::clock::now_ms());
+            let done = sqlx::query(PLAN_SLOTS)
+                .bind(key)
+                .bind(now)
+                .bind(now - window_ms)
+                .bind(limit)
+                .bind(wanted)
+                .execute(&mut **tx)
+                .await?;
+            let granted = done.rows_affected() as i64;
+            return Self::granted_in(tx, key, (granted, wanted), window_ms, now).await;
         }
         // Locks this key's row (PostgreSQL) or the database (SQLite) until commit, so
         // concurrent callers on every instance count one after another.
@@ -710,35 +728,6 @@ where
         Self::granted_in(tx, key, (granted, wanted), window_ms, now).await
     }
 
-    /// [`Self::take_slots_in`] for a plan's key inside a claim's transaction on
-    /// PostgreSQL, in one statement instead of three: the key's row (locked), the
-    /// window's end and the slots, as [`PLAN_SLOTS`] writes them. The claim holds the
-    /// claims' advisory lock, and only claims take plan slots, so nothing waits between
-    /// the slots' date and their INSERT.
-    async fn take_plan_slots_in(
-        tx: &mut WriteTx<'_, D::DB>,
-        key: &str,
-        wanted: i64,
-        limit: i64,
-        window_ms: i64,
-        now: UnixMs,
-    ) -> Result<(i64, i64)> {
-        if D::BACKEND != Backend::Postgres {
-            return Self::take_slots_in(tx, key, wanted, limit, window_ms, now).await;
-        }
-        let now = now.max(crate::clock::now_ms());
-        let done = sqlx::query(PLAN_SLOTS)
-            .bind(key)
-            .bind(now)
-            .bind(now - window_ms)
-            .bind(limit)
-            .bind(wanted)
-            .execute(&mut **tx)
-            .await?;
-        let granted = done.rows_affected() as i64;
-        Self::granted_in(tx, key, (granted, wanted), window_ms, now).await
-    }
-
     /// Gives claimed deliveries back without an attempt (a rate limit said "not now"),
     /// due at `until` and marked `rate_limited`, with every other due delivery of the
     /// same scope, inside `tx`.
@@ -807,13 +796,14 @@ where
                     .map(|c| c.delivery.id)
                     .collect();
                 let wanted = in_space.len() as i64;
-                let (granted, wait) = Self::take_plan_slots_in(
+                let (granted, wait) = Self::take_slots_in(
                     tx,
                     &format!("plan:{space}"),
                     wanted,
                     plans.per_second.for_plan(plan),
                     plans.window_ms,
                     now,
+                    true,
                 )
                 .await?;
                 let refused = &in_space[granted as usize..];
@@ -1331,7 +1321,7 @@ pub(super) const FINISH_CHUNK: usize = 8;
 pub(super) const FINISH_PARAMETERS: usize = 27;
 
 /// PostgreSQL's one statement that takes up to `$5` slots of the rate window `$1` at once
-/// ([`Store::take_plan_slots_in`]): the key's row, touched at `$2` and locked, answers how
+/// ([`Store::take_slots_in`] in a claim): the key's row, touched at `$2` and locked, answers how
 /// many slots it holds (`taken`, as the triggers keep it); the window's slots at or before
 /// `$3` go; as many slots as the limit `$4` leaves go in, dated `$2`. Its parts see the
 /// table as the statement began, so the slots left are counted from the key's row less the
