@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::IntoResponse as _;
 
 use super::wait::eventually;
 
@@ -95,6 +96,21 @@ pub struct Receiver {
     answers: Arc<Mutex<Answers>>,
 }
 
+/// A request being answered: out of flight (its `webhook-id` no longer open) when dropped.
+struct Answering<'r> {
+    receiver: &'r Receiver,
+    webhook_id: Option<String>,
+}
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = &self.webhook_id {
+            self.receiver.open_ids.lock().unwrap().remove(id);
+        }
+        self.receiver.in_flight.fetch_sub(1, SeqCst);
+    }
+}
+
 impl Receiver {
     pub async fn start() -> Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -129,7 +145,16 @@ impl Receiver {
                 self.overlaps.fetch_add(1, SeqCst);
             }
         }
-        let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        // Out of flight however the answer ends, also when the sender's connection dies
+        // midway (a server killed with -9): hyper then drops this future, and a request
+        // that can no longer be answered is in flight no more.
+        let answering = Answering {
+            receiver: self,
+            webhook_id: webhook_id.clone(),
+        };
+        let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+            return StatusCode::BAD_REQUEST.into_response();
+        };
         let path = parts.uri.path().to_owned();
         self.got.lock().unwrap().push(Received {
             path: path.clone(),
@@ -139,10 +164,7 @@ impl Receiver {
         });
         let reply = self.answers.lock().unwrap().next_for(&path);
         tokio::time::sleep(reply.delay).await;
-        if let Some(id) = &webhook_id {
-            self.open_ids.lock().unwrap().remove(id);
-        }
-        self.in_flight.fetch_sub(1, SeqCst);
+        drop(answering);
         let mut resp = axum::response::Response::new(axum::body::Body::from(reply.body));
         *resp.status_mut() = StatusCode::from_u16(reply.status).unwrap();
         for (k, v) in reply.headers {
