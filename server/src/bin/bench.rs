@@ -718,6 +718,7 @@ async fn bench() -> anyhow::Result<()> {
         let (wall, lat, _) = bench
             .flood(args.events, args.publishers, &["flood".into()])
             .await;
+        let while_accepting = bench.arrivals.count().await;
         let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
         let e2e = args.events as f64 / (wall + drained).as_secs_f64();
         peak_rss = peak_rss.max(rss_mb());
@@ -731,6 +732,11 @@ async fn bench() -> anyhow::Result<()> {
             "  end-to-end deliveries: {e2e:.0}/s  ({:.1} % of the direct limit; {:.1} % of the direct limit at 5 at once)",
             100.0 * e2e / direct,
             100.0 * e2e / direct_5
+        );
+        println!(
+            "  of which while events were accepted: {:.0}/s; after: {:.0}/s",
+            while_accepting as f64 / wall.as_secs_f64(),
+            (args.events - while_accepting) as f64 / drained.as_secs_f64()
         );
         cpu.print_per_delivery(&procs, args.events);
         match procs.server {
