@@ -42,6 +42,13 @@ impl Publisher {
         }
     }
 
+    /// Whether no publish is on its way now: the next one is then likely written alone,
+    /// by its caller, the only way a publish claims its own deliveries. Publishes that
+    /// queue for a group claim nothing, so they take none of the engine's permits for it.
+    pub fn idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
+    }
+
     /// Writes the event and its deliveries; answers once they are committed. A publish
     /// that finds nothing else on its way (every publish at low load) is written by its
     /// caller, a group of one, without handing it to the task and back (two thread

@@ -155,9 +155,10 @@ async fn publish(
     };
     let filters = filters::verdicts_among(checks.filtering, &state.sandbox, &event).await?;
     // Due now: the publish may claim its deliveries itself, with the engine's permits
-    // (SQLite, published alone), and they go out without a claim of the engine's.
-    let reserved = deliver_at
-        .is_none()
+    // (published alone), and they go out without a claim of the engine's. In a flood the
+    // publishes go in groups, which claim nothing: their permits would only keep the
+    // engine's records from claiming ahead.
+    let reserved = (deliver_at.is_none() && state.publisher.idle())
         .then(|| state.engine.reserve())
         .flatten();
     let new = NewEvent {
