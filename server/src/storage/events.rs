@@ -35,8 +35,9 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     /// subscribes to its type, counting the inactive ones it skipped; with an idempotency
     /// key seen before, writes nothing for that event and returns the first answer. All
     /// in one transaction (one commit, one fsync), each event in its own savepoint, so one
-    /// that fails leaves the others written. The outer error is for the commit; the inner
-    /// ones are per event.
+    /// that fails leaves the others written; answers once it is on disk (SQLite: the WAL
+    /// synced after the write gate, [`super::durable`]). The outer error is for the commit
+    /// or the sync; the inner ones are per event.
     async fn publish_events(
         &self,
         batch: &[NewEvent],
@@ -197,114 +198,14 @@ where
         batch: &[NewEvent],
         now: UnixMs,
     ) -> Result<Vec<Result<Published>>> {
-        let mut writer = self.writes.writer(Durability::Full).await?;
-        if let [new] = batch {
-            // A group of one without a key (every publish at low load): one round trip
-            // when its subscribers were read with its checks and have not changed since
-            // ([`Self::publish_as_read`]); else, on SQLite, two ([`Self::publish_alone`]).
-            if new.idempotency_key.is_none() {
-                if let Some((read, fan)) = Self::fan_out_as_read(new)? {
-                    if let Some(published) =
-                        Self::publish_as_read(writer, new, now, read, fan).await?
-                    {
-                        return Ok(vec![Ok(published)]);
-                    }
-                    writer = self.writes.writer(Durability::Full).await?;
-                }
-            }
-            if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
-                let published = Self::publish_alone(&mut writer, new, now, None).await?;
-                return Ok(vec![published.ok_or_else(|| {
-                    StorageError::Internal("a publish without a replay guard was a replay".into())
-                })]);
-            }
-        }
-        if batch.len() > 1 && D::BACKEND == Backend::Sqlite {
-            // A group of events without keys whose subscribers were read with their checks
-            // (a flood of REST publishes): one round trip if none changed since.
-            if let Some(fans) = Self::group_as_read(batch)? {
-                if let Some(published) =
-                    Self::publish_group_as_read(writer, batch, fans, now).await?
-                {
-                    return Ok(published.into_iter().map(Ok).collect());
-                }
-                writer = self.writes.writer(Durability::Full).await?;
-            }
-        }
-        let mut tx = writer.begin().await?;
-        if let [new] = batch {
-            // A group of one (every publish at low load) needs no savepoint: the
-            // transaction is the event's own, rolled back when it is refused. Two
-            // statements fewer, each a round trip to the connection's thread on SQLite.
-            let result = Self::publish_in(&mut tx, new, now).await;
-            if matches!(result, Ok(Some(_))) {
-                tx.commit().await?;
-            } else {
-                tx.rollback().await?;
-            }
-            drop(writer);
-            return Ok(vec![self.answer_of(new, result).await]);
-        }
-        // `None`: the idempotency key was taken (read the first answer after the commit).
-        let mut outcomes: Vec<Option<Result<Option<Published>>>> =
-            (0..batch.len()).map(|_| None).collect();
-        // Events without a key all together; if that fails, one by one below, so only
-        // the event at fault fails.
-        let plain: Vec<usize> = (0..batch.len())
-            .filter(|&i| batch[i].idempotency_key.is_none())
-            .collect();
-        if plain.len() > 1 {
-            sqlx::query("SAVEPOINT publish_all")
-                .execute(&mut *tx)
-                .await?;
-            let events: Vec<&NewEvent> = plain.iter().map(|&i| &batch[i]).collect();
-            match Self::publish_plain_in(&mut tx, &events, now).await {
-                Ok(answers) => {
-                    sqlx::query("RELEASE SAVEPOINT publish_all")
-                        .execute(&mut *tx)
-                        .await?;
-                    for (&i, answer) in plain.iter().zip(answers) {
-                        outcomes[i] = Some(Ok(Some(answer)));
-                    }
-                }
-                Err(_) => {
-                    sqlx::query("ROLLBACK TO SAVEPOINT publish_all")
-                        .execute(&mut *tx)
-                        .await?;
-                    sqlx::query("RELEASE SAVEPOINT publish_all")
-                        .execute(&mut *tx)
-                        .await?;
-                }
-            }
-        }
-        for (new, outcome) in batch.iter().zip(outcomes.iter_mut()) {
-            if outcome.is_some() {
-                continue;
-            }
-            sqlx::query("SAVEPOINT publish").execute(&mut *tx).await?;
-            let result = Self::publish_in(&mut tx, new, now).await;
-            if matches!(result, Ok(Some(_))) {
-                sqlx::query("RELEASE SAVEPOINT publish")
-                    .execute(&mut *tx)
-                    .await?;
-            } else {
-                sqlx::query("ROLLBACK TO SAVEPOINT publish")
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query("RELEASE SAVEPOINT publish")
-                    .execute(&mut *tx)
-                    .await?;
-            }
-            *outcome = Some(result);
-        }
-        tx.commit().await?;
-        drop(writer);
-        let mut answers = Vec::with_capacity(batch.len());
-        for (new, outcome) in batch.iter().zip(outcomes) {
-            let outcome = outcome.expect("every event was written or refused");
-            answers.push(self.answer_of(new, outcome).await);
-        }
-        Ok(answers)
+        let published = self.publish_events_unsynced(batch, now).await;
+        // On disk before anything is answered, failures too: a write that failed midway
+        // may have committed, and a retry would answer it as a replay.
+        self.writes
+            .sync()
+            .await
+            .map_err(|e| StorageError::Other(e.into()))?;
+        published
     }
 
     async fn post_message(
@@ -509,6 +410,123 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
+    /// [`EventStore::publish_events`] committed with [`Durability::Deferred`]: not yet
+    /// on disk until [`Writes::sync`](super::write::Writes::sync) returns.
+    async fn publish_events_unsynced(
+        &self,
+        batch: &[NewEvent],
+        now: UnixMs,
+    ) -> Result<Vec<Result<Published>>> {
+        let mut writer = self.writes.writer(Durability::Deferred).await?;
+        if let [new] = batch {
+            // A group of one without a key (every publish at low load): one round trip
+            // when its subscribers were read with its checks and have not changed since
+            // ([`Self::publish_as_read`]); else, on SQLite, two ([`Self::publish_alone`]).
+            if new.idempotency_key.is_none() {
+                if let Some((read, fan)) = Self::fan_out_as_read(new)? {
+                    if let Some(published) =
+                        Self::publish_as_read(writer, new, now, read, fan).await?
+                    {
+                        return Ok(vec![Ok(published)]);
+                    }
+                    writer = self.writes.writer(Durability::Deferred).await?;
+                }
+            }
+            if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
+                let published = Self::publish_alone(&mut writer, new, now, None).await?;
+                return Ok(vec![published.ok_or_else(|| {
+                    StorageError::Internal("a publish without a replay guard was a replay".into())
+                })]);
+            }
+        }
+        if batch.len() > 1 && D::BACKEND == Backend::Sqlite {
+            // A group of events without keys whose subscribers were read with their checks
+            // (a flood of REST publishes): one round trip if none changed since.
+            if let Some(fans) = Self::group_as_read(batch)? {
+                if let Some(published) =
+                    Self::publish_group_as_read(writer, batch, fans, now).await?
+                {
+                    return Ok(published.into_iter().map(Ok).collect());
+                }
+                writer = self.writes.writer(Durability::Deferred).await?;
+            }
+        }
+        let mut tx = writer.begin().await?;
+        if let [new] = batch {
+            // A group of one (every publish at low load) needs no savepoint: the
+            // transaction is the event's own, rolled back when it is refused. Two
+            // statements fewer, each a round trip to the connection's thread on SQLite.
+            let result = Self::publish_in(&mut tx, new, now).await;
+            if matches!(result, Ok(Some(_))) {
+                tx.commit().await?;
+            } else {
+                tx.rollback().await?;
+            }
+            drop(writer);
+            return Ok(vec![self.answer_of(new, result).await]);
+        }
+        // `None`: the idempotency key was taken (read the first answer after the commit).
+        let mut outcomes: Vec<Option<Result<Option<Published>>>> =
+            (0..batch.len()).map(|_| None).collect();
+        // Events without a key all together; if that fails, one by one below, so only
+        // the event at fault fails.
+        let plain: Vec<usize> = (0..batch.len())
+            .filter(|&i| batch[i].idempotency_key.is_none())
+            .collect();
+        if plain.len() > 1 {
+            sqlx::query("SAVEPOINT publish_all")
+                .execute(&mut *tx)
+                .await?;
+            let events: Vec<&NewEvent> = plain.iter().map(|&i| &batch[i]).collect();
+            match Self::publish_plain_in(&mut tx, &events, now).await {
+                Ok(answers) => {
+                    sqlx::query("RELEASE SAVEPOINT publish_all")
+                        .execute(&mut *tx)
+                        .await?;
+                    for (&i, answer) in plain.iter().zip(answers) {
+                        outcomes[i] = Some(Ok(Some(answer)));
+                    }
+                }
+                Err(_) => {
+                    sqlx::query("ROLLBACK TO SAVEPOINT publish_all")
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("RELEASE SAVEPOINT publish_all")
+                        .execute(&mut *tx)
+                        .await?;
+                }
+            }
+        }
+        for (new, outcome) in batch.iter().zip(outcomes.iter_mut()) {
+            if outcome.is_some() {
+                continue;
+            }
+            sqlx::query("SAVEPOINT publish").execute(&mut *tx).await?;
+            let result = Self::publish_in(&mut tx, new, now).await;
+            if matches!(result, Ok(Some(_))) {
+                sqlx::query("RELEASE SAVEPOINT publish")
+                    .execute(&mut *tx)
+                    .await?;
+            } else {
+                sqlx::query("ROLLBACK TO SAVEPOINT publish")
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("RELEASE SAVEPOINT publish")
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            *outcome = Some(result);
+        }
+        tx.commit().await?;
+        drop(writer);
+        let mut answers = Vec::with_capacity(batch.len());
+        for (new, outcome) in batch.iter().zip(outcomes) {
+            let outcome = outcome.expect("every event was written or refused");
+            answers.push(self.answer_of(new, outcome).await);
+        }
+        Ok(answers)
+    }
+
     /// [`PublishChecks`] from the rows of [`checks_of_space`] and [`filtering_in`].
     pub(super) fn checks_of(rows: &[DbRow<D>]) -> Result<PublishChecks> {
         let mut checks = PublishChecks::default();

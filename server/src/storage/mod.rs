@@ -55,6 +55,7 @@ mod channels;
 pub mod checkpoint;
 mod deliveries;
 mod destinations;
+pub mod durable;
 mod event_types;
 mod events;
 pub mod group_commit;

@@ -1,7 +1,8 @@
 //! The embedded default: one SQLite file in WAL mode.
 //!
 //! Commits are `synchronous = FULL`, so an answer given after a commit survives
-//! a power cut, not only a crash of the process. SQLite has one writer: the process's
+//! a power cut, not only a crash of the process; publishes commit without the sync and
+//! sync the WAL after the write gate, before they answer ([`super::durable`]). SQLite has one writer: the process's
 //! writers queue on the write gate ([`Writes`]) and open `BEGIN IMMEDIATE` transactions.
 
 use std::str::FromStr;
@@ -14,6 +15,7 @@ use sqlx::sqlite::{
 
 use super::checkpoint::{Checkpointer, BACKSTOP_PAGES};
 use super::destinations::{DestinationRow, DESTINATION};
+use super::durable::WalSync;
 use super::queue::{
     claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, renumbered,
     ClaimedRow, FINISH_CHUNK, FINISH_PARAMETERS,
@@ -76,6 +78,7 @@ impl Store<Sqlite> {
             .test_before_acquire(false)
             .connect_with(options.clone().synchronous(SqliteSynchronous::Normal))
             .await?;
+        let wal = WalSync::new(options.get_filename());
         let (checkpointer, committed) = Checkpointer::new(options, pool.clone());
         tokio::spawn(checkpointer.run());
         let writes = Writes::new(
@@ -84,7 +87,8 @@ impl Store<Sqlite> {
             true,
             Some("BEGIN IMMEDIATE"),
         )
-        .telling(committed);
+        .telling(committed)
+        .syncing(wal);
         // A local file cannot go away: a kept connection is never pinged.
         Ok(Store::new(
             Reads::new(pool, None),

@@ -31,6 +31,11 @@ pub trait TestStorage: Storage {
 
     /// The pool, for SQL of the test's own (and for closing it under the server).
     fn raw_pool(&self) -> RawPool;
+
+    /// Whether every write done so far is on disk, and how many times this store has
+    /// synced the WAL after a write's commit (SQLite's publishes, [`Durability::Deferred`];
+    /// elsewhere always synced, never).
+    async fn synced(&self) -> (bool, u64);
 }
 
 #[async_trait]
@@ -94,6 +99,10 @@ where
 
     fn raw_pool(&self) -> RawPool {
         D::raw_pool(self.read.pool())
+    }
+
+    async fn synced(&self) -> (bool, u64) {
+        (self.writes.all_synced().await, self.writes.syncs())
     }
 }
 

@@ -38,6 +38,7 @@ use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
 use tokio::sync::{Mutex, MutexGuard};
 
 use super::checkpoint::Committed;
+use super::durable::WalSync;
 use super::reads::Kept as Lending;
 
 tokio::task_local! {
@@ -67,6 +68,13 @@ pub enum Durability {
     /// Accepted events, deliveries and everything people change: on SQLite committed with
     /// `synchronous = FULL`, so an answered request survives a power cut.
     Full,
+    /// Accepted events (publishes): as durable as [`Durability::Full`] once answered, but
+    /// on SQLite committed with `synchronous = NORMAL` on the engine's connection, and
+    /// synced after the write gate is given back ([`Writes::sync`], which the writer
+    /// must await before it answers): the gate is not held through the sync, and
+    /// publishes that commit meanwhile share one ([`super::durable`]). PostgreSQL: the
+    /// same pool as the others, its commits durable already.
+    Deferred,
     /// The engine's own bookkeeping (claims, attempts, rate slots): on SQLite committed
     /// with `synchronous = NORMAL`; a power cut may lose the last attempts' records,
     /// which then come back as lost claims and are sent again. PostgreSQL: the same pool.
@@ -90,6 +98,9 @@ pub struct Writes<DB: Database> {
     /// SQLite: told after each write, so the WAL is checkpointed off the write path
     /// ([`super::checkpoint`]). `None`: nobody to tell (PostgreSQL, tests).
     committed: Option<Committed>,
+    /// SQLite: the WAL's sync, which [`Durability::Deferred`] writes await after the gate
+    /// ([`Writes::sync`]). `None`: their commits are durable already (PostgreSQL, tests).
+    wal: Option<Arc<WalSync>>,
     /// When a writer outside [`metered`] (the engine, a publish, a person's change) last
     /// asked for the write path: a background task takes shorter turns while they write.
     others: Arc<LastWrite>,
@@ -158,7 +169,7 @@ impl<DB: Database> Kept<DB> {
     fn slot(&mut self, durability: Durability) -> &mut Option<DB::Connection> {
         match durability {
             Durability::Full => &mut self.full,
-            Durability::Engine => &mut self.engine,
+            Durability::Engine | Durability::Deferred => &mut self.engine,
         }
     }
 }
@@ -174,6 +185,7 @@ impl<DB: Database> Writes<DB> {
             begin,
             lending: None,
             committed: None,
+            wal: None,
             others: Arc::default(),
         }
     }
@@ -190,6 +202,36 @@ impl<DB: Database> Writes<DB> {
         self
     }
 
+    /// [`Durability::Deferred`] writes are synced by `wal` ([`Writes::sync`]).
+    pub fn syncing(mut self, wal: WalSync) -> Self {
+        self.wal = Some(Arc::new(wal));
+        self
+    }
+
+    /// Returns once every [`Durability::Deferred`] write done so far is on disk (SQLite:
+    /// the WAL file synced, by this call or by one that began after those writes); at once
+    /// where commits are durable by themselves. Await it after giving back the writer and
+    /// before answering.
+    pub async fn sync(&self) -> std::io::Result<()> {
+        match &self.wal {
+            Some(wal) => wal.sync().await,
+            None => Ok(()),
+        }
+    }
+
+    /// How many times the WAL was synced after [`Durability::Deferred`] writes.
+    pub fn syncs(&self) -> u64 {
+        self.wal.as_ref().map_or(0, |wal| wal.syncs())
+    }
+
+    /// Whether every [`Durability::Deferred`] write done so far is on disk.
+    pub async fn all_synced(&self) -> bool {
+        match &self.wal {
+            Some(wal) => wal.all_synced().await,
+            None => true,
+        }
+    }
+
     /// Tells `committed` after every write (SQLite's checkpointer).
     pub fn telling(mut self, committed: Committed) -> Self {
         self.committed = Some(committed);
@@ -202,7 +244,7 @@ impl<DB: Database> Writes<DB> {
     pub async fn writer(&self, durability: Durability) -> sqlx::Result<Writer<'_, DB>> {
         let pool = match durability {
             Durability::Full => &self.full,
-            Durability::Engine => &self.engine,
+            Durability::Engine | Durability::Deferred => &self.engine,
         };
         if HELD.try_with(|_| ()).is_err() {
             self.others.now();
@@ -225,7 +267,16 @@ impl<DB: Database> Writes<DB> {
                 None => Held::Pooled(pool.acquire().await?),
             },
         };
-        Ok(Writer::new(held, self.begin, self.committed.as_ref()))
+        let deferred = match durability {
+            Durability::Deferred => self.wal.as_deref(),
+            Durability::Full | Durability::Engine => None,
+        };
+        Ok(Writer::new(
+            held,
+            self.begin,
+            self.committed.as_ref(),
+            deferred,
+        ))
     }
 }
 
@@ -266,6 +317,8 @@ pub struct Writer<'g, DB: Database> {
     taken: Instant,
     /// Told when the writer is done (see [`Writes::telling`]).
     committed: Option<&'g Committed>,
+    /// A [`Durability::Deferred`] writer's WAL sync, told when the writer is done.
+    deferred: Option<&'g WalSync>,
 }
 
 impl<'g, DB: Database> Writer<'g, DB> {
@@ -273,6 +326,7 @@ impl<'g, DB: Database> Writer<'g, DB> {
         held: Held<'g, DB>,
         begin: Option<&'static str>,
         committed: Option<&'g Committed>,
+        deferred: Option<&'g WalSync>,
     ) -> Self {
         Self {
             held,
@@ -280,13 +334,19 @@ impl<'g, DB: Database> Writer<'g, DB> {
             clean: false,
             taken: Instant::now(),
             committed,
+            deferred,
         }
     }
 
     /// Takes a connection from `pool`, without a gate.
     #[cfg(test)]
     async fn acquire(pool: &Pool<DB>, begin: Option<&'static str>) -> sqlx::Result<Self> {
-        Ok(Self::new(Held::Pooled(pool.acquire().await?), begin, None))
+        Ok(Self::new(
+            Held::Pooled(pool.acquire().await?),
+            begin,
+            None,
+            None,
+        ))
     }
 
     fn conn(&mut self) -> &mut DB::Connection {
@@ -424,6 +484,10 @@ impl<DB: Database> Drop for Writer<'_, DB> {
         }
         if let Some(committed) = self.committed {
             committed.tell();
+        }
+        // Committed or not (a failed `COMMIT` may have written): the next sync covers it.
+        if let Some(wal) = self.deferred {
+            wal.committed();
         }
         let held = self.taken.elapsed();
         // Outside `metered` there is nothing to count into.

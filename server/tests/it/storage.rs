@@ -1116,3 +1116,38 @@ on_both_backends! {
         }
     }
 }
+
+on_both_backends! {
+    /// A publish is on disk before it is answered. On SQLite its commit does not sync the
+    /// WAL while the write gate is held; the publish syncs it after, before it answers:
+    /// alone, in a group, and a replay of its idempotency key alike.
+    async fn a_publish_is_synced_to_disk_before_it_is_answered(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Pro).await;
+        let d = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&d, None).await.unwrap();
+        let sqlite = db.url.starts_with("sqlite");
+        let (all, before) = db.storage.synced().await;
+        assert!(all);
+
+        let alone = store.publish_events(&[event(s.id, "order.paid")], NOW).await.unwrap();
+        assert!(matches!(alone[0], Ok(Published::Created { deliveries: 1, .. })));
+        let (all, after_alone) = db.storage.synced().await;
+        assert!(all, "the publish's commit is synced");
+        assert_eq!(after_alone > before, sqlite, "SQLite syncs after the commit");
+
+        let group: Vec<NewEvent> = (0..3).map(|_| event(s.id, "order.paid")).collect();
+        let answers = store.publish_events(&group, NOW).await.unwrap();
+        assert!(answers.iter().all(|a| matches!(a, Ok(Published::Created { .. }))));
+        let (all, after_group) = db.storage.synced().await;
+        assert!(all);
+        assert_eq!(after_group > after_alone, sqlite);
+
+        let keyed = NewEvent { idempotency_key: Some("k-1".into()), ..event(s.id, "order.paid") };
+        store.publish_events(std::slice::from_ref(&keyed), NOW).await.unwrap();
+        let again = NewEvent { event: Event { id: EventId::new(), ..keyed.event.clone() }, ..keyed };
+        let replayed = store.publish_events(&[again], NOW).await.unwrap();
+        assert!(matches!(replayed[0], Ok(Published::Replayed { .. })), "{replayed:?}");
+        assert!(db.storage.synced().await.0);
+    }
+}
