@@ -755,6 +755,7 @@ async fn bench() -> anyhow::Result<()> {
         let n = args.events / 10;
         let cpu = CpuMark::now(&procs);
         let (wall, lat, _) = bench.flood(n, args.publishers, &["fan".into()]).await;
+        let while_accepting = bench.arrivals.count().await;
         let drained = bench.wait_for(n * 10, Duration::from_secs(300)).await;
         peak_rss = peak_rss.max(rss_mb());
         println!("\n[fan-out → 10 destinations]");
@@ -764,6 +765,11 @@ async fn bench() -> anyhow::Result<()> {
         println!(
             "  end-to-end deliveries: {e2e:.0}/s  ({:.1} % of the direct limit)",
             100.0 * e2e / direct
+        );
+        println!(
+            "  of which while events were accepted: {:.0}/s; after: {:.0}/s",
+            while_accepting as f64 / wall.as_secs_f64(),
+            (n * 10 - while_accepting) as f64 / drained.as_secs_f64()
         );
         cpu.print_per_delivery(&procs, n * 10);
         bench.delete_destinations().await;
