@@ -378,8 +378,10 @@ impl Waiting {
 const AHEAD_WAITS_AT_MOST: Duration = Duration::from_millis(10);
 
 /// A destination is claimed ahead for only while its attempts take less than this (ms),
-/// so that what is claimed ahead goes out well within [`AHEAD_WAITS_AT_MOST`].
-const FAST_ATTEMPT_MS: i64 = 5;
+/// so that what is claimed ahead goes out well within [`AHEAD_WAITS_AT_MOST`]: each
+/// waits for at most two attempts of each of its lane's workers
+/// ([`AHEAD_CAPS`](crate::storage::AHEAD_CAPS) less the cap in flight).
+const FAST_ATTEMPT_MS: i64 = 3;
 
 /// A destination's attempts in this process (docs §2.5): the workers serving it (each
 /// makes one attempt at a time, and there are never more than the in-flight cap), and
@@ -1022,8 +1024,9 @@ impl Engine {
             .get()
             .map_or(0, |s| s.permits.available_permits());
         let spare = free.saturating_sub(self.settings.concurrency / 2);
-        ahead.truncate(spare / self.cap());
-        let limit = finished.len() + ahead.len() * self.cap();
+        let depth = self.cap() * (crate::storage::AHEAD_CAPS as usize - 1);
+        ahead.truncate(spare / depth);
+        let limit = finished.len() + ahead.len() * depth;
         let next = ClaimNext {
             destinations,
             ahead,

@@ -376,15 +376,23 @@ impl Default for ClaimLimits {
     }
 }
 
+/// How many in-flight caps' worth of a destination claimed ahead for ([`ClaimNext::ahead`])
+/// may be in `sending`: its cap in flight, and twice that claimed ahead, waiting in memory
+/// for a slot or sent and being recorded. Twice, not once: a group of records then claims
+/// enough that the workers of a fast destination do not run dry before the next group
+/// commits (a flood to one destination, +10 %).
+pub const AHEAD_CAPS: i64 = 3;
+
 /// What a group of finished attempts claims next, in its own transaction where the
 /// backend can ([`DispatchQueue::finish_and_claim`]): up to `limit` due deliveries of
 /// `destinations`, as [`DispatchQueue::claim_for`] with these arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimNext {
     pub destinations: Vec<DestinationId>,
-    /// Those of `destinations` this process may claim ahead for: up to twice the in-flight
-    /// cap in `sending`, the cap itself held in memory by the engine (docs §2.5). Only a
-    /// backend that one process alone runs ([`DispatchQueue::claims_ahead`]) honours it.
+    /// Those of `destinations` this process may claim ahead for: up to [`AHEAD_CAPS`]
+    /// times the in-flight cap in `sending`, the cap itself held in memory by the engine
+    /// (docs §2.5). Only a backend that one process alone runs
+    /// ([`DispatchQueue::claims_ahead`]) honours it.
     pub ahead: Vec<DestinationId>,
     pub limit: i64,
     pub lease_margin_ms: i64,

@@ -345,7 +345,7 @@ fn bind_claim_for<'q>(
     let limits = &next.limits;
     let cap = |d: &DestinationId| {
         let ahead = next.ahead.contains(d);
-        limits.per_destination * if ahead { 2 } else { 1 }
+        limits.per_destination * if ahead { super::AHEAD_CAPS } else { 1 }
     };
     // Each destination with its cap: `[[id, cap], …]`.
     let targets: Vec<(String, i64)> = next
