@@ -945,6 +945,7 @@ async fn bench() -> anyhow::Result<()> {
         let types: Vec<String> = (0..10_000).map(|i| format!("wide.{i}")).collect();
         let cpu = CpuMark::now(&procs);
         let (wall, lat, _) = bench.flood(args.events, args.publishers, &types).await;
+        let while_accepting = bench.arrivals.count().await;
         let drained = bench.wait_for(args.events, Duration::from_secs(300)).await;
         peak_rss = peak_rss.max(rss_mb());
         println!("\n[10,000 destinations, one delivery per event]");
@@ -957,6 +958,11 @@ async fn bench() -> anyhow::Result<()> {
         println!(
             "  end-to-end deliveries: {e2e:.0}/s  ({:.1} % of the direct limit)",
             100.0 * e2e / direct
+        );
+        println!(
+            "  of which while events were accepted: {:.0}/s; after: {:.0}/s",
+            while_accepting as f64 / wall.as_secs_f64(),
+            (args.events - while_accepting) as f64 / drained.as_secs_f64()
         );
         cpu.print_per_delivery(&procs, args.events);
         bench.delete_destinations().await;

@@ -4,7 +4,9 @@
 //! durable commit is an fsync. One fsync per event caps ingest at the disk's
 //! sync rate; here, while one group is being committed, the publishes that arrive
 //! queue up and go together in the next. There is no added wait: a publish that
-//! finds nothing else on its way is written at once, alone, by its caller.
+//! finds nothing else on its way is written at once, alone, by its caller. Two groups
+//! are written at once ([`GROUPS_IN_FLIGHT`]): on SQLite one commits while the one
+//! before it waits for the WAL's sync.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -105,28 +107,64 @@ fn for_each_of_group(e: &StorageError) -> StorageError {
     }
 }
 
+/// Groups written at once: one committing while the one before it waits for its sync
+/// (SQLite's WAL sync comes after the write gate, [`super::durable`]): the next group's
+/// commit does not wait for the last one's fsync.
+const GROUPS_IN_FLIGHT: usize = 2;
+
 async fn write_groups(storage: Arc<dyn EventStore>, mut requests: mpsc::Receiver<Request>) {
+    use futures_util::stream::{FuturesUnordered, StreamExt as _};
     let mut group = Vec::with_capacity(MAX_GROUP);
-    while requests.recv_many(&mut group, MAX_GROUP).await > 0 {
-        let (events, replies): (Vec<_>, Vec<_>) = group.drain(..).unzip();
-        match storage.publish_events(&events, now_ms()).await {
-            Ok(answers) => {
-                for (reply, answer) in replies.into_iter().zip(answers) {
-                    let _ = reply.send(answer);
+    let mut in_flight = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            // `recv_many` is cancel safe: a group not taken now stays queued.
+            n = requests.recv_many(&mut group, MAX_GROUP),
+                if open && in_flight.len() < GROUPS_IN_FLIGHT =>
+            {
+                if n == 0 {
+                    open = false;
+                    continue;
                 }
+                let (events, replies): (Vec<_>, Vec<_>) = group.drain(..).unzip();
+                let storage = storage.clone();
+                in_flight.push(async move {
+                    let written = storage.publish_events(&events, now_ms()).await;
+                    (replies, written)
+                });
             }
-            // The commit failed: nothing of the group was written; each gets the error.
-            Err(e) => {
-                for reply in replies {
+            Some((replies, written)) = in_flight.next(), if !in_flight.is_empty() => {
+                answer(replies, written, &mut requests);
+            }
+            else => break,
+        }
+    }
+}
+
+/// Answers a group's publishes with what its write did.
+fn answer(
+    replies: Vec<oneshot::Sender<Result<Published>>>,
+    written: Result<Vec<Result<Published>>>,
+    requests: &mut mpsc::Receiver<Request>,
+) {
+    match written {
+        Ok(answers) => {
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+        }
+        // The commit failed: nothing of the group was written; each gets the error.
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(for_each_of_group(&e)));
+            }
+            // The database is out of reach: those queued behind this group would each
+            // wait out the connection timeout again. Answer them now; new publishes
+            // try again.
+            if matches!(e, StorageError::Unavailable(_)) {
+                while let Ok((_, reply)) = requests.try_recv() {
                     let _ = reply.send(Err(for_each_of_group(&e)));
-                }
-                // The database is out of reach: those queued behind this group would each
-                // wait out the connection timeout again. Answer them now; new publishes
-                // try again.
-                if matches!(e, StorageError::Unavailable(_)) {
-                    while let Ok((_, reply)) = requests.try_recv() {
-                        let _ = reply.send(Err(for_each_of_group(&e)));
-                    }
                 }
             }
         }
