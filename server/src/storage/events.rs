@@ -439,9 +439,10 @@ where
                 })]);
             }
         }
-        if batch.len() > 1 && D::BACKEND == Backend::Sqlite {
+        if batch.len() > 1 {
             // A group of events without keys whose subscribers were read with their checks
-            // (a flood of REST publishes): one round trip if none changed since.
+            // (a flood of REST publishes): one round trip if none changed since (SQLite: a
+            // string of statements; PostgreSQL: one statement).
             if let Some(fans) = Self::group_as_read(batch)? {
                 if let Some(published) =
                     Self::publish_group_as_read(writer, batch, fans, now).await?
@@ -935,13 +936,15 @@ where
         Ok((deliveries <= FAN_OUT_CHUNK).then_some(fans))
     }
 
-    /// A group of events (SQLite) whose subscribers their checks read, written in one
-    /// round trip: `BEGIN IMMEDIATE`; the events, only if the [`subscribers_json`] of each
-    /// (space, type) is still the text read; their deliveries, only if the events were
-    /// written; `COMMIT`. Seven round trips to the connection's thread otherwise (`BEGIN`,
-    /// the subscribers, a savepoint, the events, the deliveries, its release, `COMMIT`),
-    /// between which the write lock waited for tokio. `None` when a subscriber changed:
-    /// nothing was written, and the group goes statement by statement.
+    /// A group of events whose subscribers their checks read, written in one round trip:
+    /// the events, only if the [`subscribers_json`] of each (space, type) is still the text
+    /// read, then their deliveries, only if the events were written. On SQLite a string of
+    /// statements inside `BEGIN IMMEDIATE … COMMIT`; on PostgreSQL one statement (`WITH
+    /// written AS (INSERT INTO events …) INSERT INTO deliveries …`), its own transaction.
+    /// Seven round trips to SQLite's connection thread otherwise (`BEGIN`, the
+    /// subscribers, a savepoint, the events, the deliveries, its release, `COMMIT`),
+    /// between which the write lock waited for tokio; six to PostgreSQL. `None` when a
+    /// subscriber changed: nothing was written, and the group goes statement by statement.
     async fn publish_group_as_read(
         writer: super::write::Writer<'_, D::DB>,
         batch: &[NewEvent],
@@ -994,21 +997,34 @@ where
             })
             .collect();
         let first = next();
-        let mut text = format!(
-            "{}INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
-             SELECT * FROM (VALUES {}) WHERE {}",
-            writer.opening(),
+        let events = format!(
+            "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
+             SELECT * FROM (VALUES {}) AS v WHERE {}",
             rows.join(", "),
             guards.join(" AND ")
         );
-        if !targets.is_empty() {
-            text.push_str(&format!(
-                "; {DELIVERY_INSERT} SELECT * FROM ({values}) \
-                 WHERE EXISTS (SELECT 1 FROM events WHERE id = {first})"
-            ));
-        }
-        text.push_str("; COMMIT");
-        sql = text;
+        // PostgreSQL: one statement, its own transaction (a publish alone's, as one).
+        let one_statement = D::BACKEND == Backend::Postgres;
+        sql = if one_statement {
+            match targets.is_empty() {
+                true => events,
+                false => format!(
+                    "WITH written AS ({events} RETURNING id) \
+                     {DELIVERY_INSERT} SELECT * FROM ({values}) AS d \
+                     WHERE EXISTS (SELECT 1 FROM written)"
+                ),
+            }
+        } else {
+            let mut text = format!("{}{events}", writer.opening());
+            if !targets.is_empty() {
+                text.push_str(&format!(
+                    "; {DELIVERY_INSERT} SELECT * FROM ({values}) \
+                     WHERE EXISTS (SELECT 1 FROM events WHERE id = {first})"
+                ));
+            }
+            text.push_str("; COMMIT");
+            text
+        };
         let mut query = sqlx::query_with(&sql, args);
         for new in batch {
             let e = &new.event;
@@ -1026,14 +1042,28 @@ where
                 .bind(keys_json(event_type)?)
                 .bind(read.0.clone());
         }
-        query = query.bind(batch[0].event.id.to_string());
+        if !one_statement {
+            query = query.bind(batch[0].event.id.to_string());
+        }
         let results = writer.run_transaction_batch(query).await?;
-        // The events' INSERT is the statement after the `BEGIN`.
-        let written = results
-            .iter()
-            .filter_map(|step| step.as_ref().left())
-            .nth(1)
-            .is_some_and(|inserted| inserted.rows_affected() == batch.len() as u64);
+        let written = if one_statement {
+            // All the deliveries or none (the events, when they have none).
+            let rows = match targets.len() {
+                0 => batch.len(),
+                n => n,
+            } as u64;
+            results
+                .iter()
+                .find_map(|step| step.as_ref().left())
+                .is_some_and(|inserted| inserted.rows_affected() == rows)
+        } else {
+            // The events' INSERT is the statement after the `BEGIN`.
+            results
+                .iter()
+                .filter_map(|step| step.as_ref().left())
+                .nth(1)
+                .is_some_and(|inserted| inserted.rows_affected() == batch.len() as u64)
+        };
         if !written {
             return Ok(None);
         }
