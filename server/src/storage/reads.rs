@@ -104,6 +104,19 @@ impl<DB: Database> Reads<DB> {
         Self { pool, kept }
     }
 
+    /// Opens `n` connections now and keeps them idle, so that the first burst of reads
+    /// after a start does not wait while they open (on SQLite each is a thread and its
+    /// pragmas, which took up to half a second under load).
+    pub async fn warm(&self, n: usize) -> Result<(), Error> {
+        let n = n.min(self.kept.permits.available_permits());
+        let lent =
+            futures_util::future::try_join_all((0..n).map(|_| self.kept.take(&self.pool))).await?;
+        for conn in lent {
+            conn.give_back();
+        }
+        Ok(())
+    }
+
     /// The pool behind (migrations, the pool gauges, what a connection needs to open).
     pub fn pool(&self) -> &Pool<DB> {
         &self.pool

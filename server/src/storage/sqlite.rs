@@ -31,6 +31,9 @@ use crate::domain::*;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
+/// The connections reads go through at once (the main pool's; the write gate keeps one more).
+const READ_CONNECTIONS: u32 = 8;
+
 /// SQLite's dialect.
 #[derive(Debug, Clone, Copy)]
 pub struct Sqlite;
@@ -66,7 +69,7 @@ impl Store<Sqlite> {
         // a local file cannot go stale, and the ping was a round trip to the connection's
         // thread on every acquire.
         let pool = SqlitePoolOptions::new()
-            .max_connections(8)
+            .max_connections(READ_CONNECTIONS)
             .acquire_timeout(super::ACQUIRE_TIMEOUT)
             .test_before_acquire(false)
             .connect_with(options.clone())
@@ -90,11 +93,10 @@ impl Store<Sqlite> {
         .telling(committed)
         .syncing(wal);
         // A local file cannot go away: a kept connection is never pinged.
-        Ok(Store::new(
-            Reads::new(pool, None),
-            Reads::new(engine_pool, None),
-            writes,
-        ))
+        let (read, engine_read) = (Reads::new(pool, None), Reads::new(engine_pool, None));
+        // Every read connection open from the start, not while the first requests wait.
+        read.warm(READ_CONNECTIONS as usize).await?;
+        Ok(Store::new(read, engine_read, writes))
     }
 }
 
