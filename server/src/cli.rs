@@ -122,7 +122,7 @@ pub fn main() -> ExitCode {
         }
     };
     telemetry::init(config.log_format);
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match config.runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: starting the runtime: {e}");

@@ -583,11 +583,32 @@ fn main() -> anyhow::Result<()> {
             1
         });
     }
-    tokio::runtime::Runtime::new()?.block_on(bench())
+    let args = Args::parse();
+    // In process, the server runs on this runtime: it is built as `partyflow serve`
+    // builds its own (`Config::runtime`). The load generator and the receiver apart keep
+    // tokio's default, a worker a core.
+    let runtime = if args.external || args.receiver_only {
+        tokio::runtime::Runtime::new()?
+    } else {
+        Config {
+            worker_threads: server_worker_threads(),
+            ..Config::default()
+        }
+        .runtime()?
+    };
+    runtime.block_on(bench(args))
 }
 
-async fn bench() -> anyhow::Result<()> {
-    let args = Args::parse();
+/// `PARTYFLOW_WORKER_THREADS` as the server reads it (`partyflow serve` out of process
+/// inherits it), 0 when unset: the server's default.
+fn server_worker_threads() -> usize {
+    std::env::var("PARTYFLOW_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn bench(args: Args) -> anyhow::Result<()> {
     if args.receiver_only {
         return receiver_only().await;
     }
@@ -685,16 +706,17 @@ async fn bench() -> anyhow::Result<()> {
     } else {
         "SQLite"
     };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     println!(
-        "PartyFlow Hooks benchmark — {backend}, {}, {} cores, {} events per flood, {} publishers",
+        "PartyFlow Hooks benchmark — {backend}, {}, {cores} cores (the server's runtime: {} worker threads), {} events per flood, {} publishers",
         if args.external {
             "out of process (partyflow serve, the receiver and this load generator apart)"
         } else {
             "in process"
         },
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1),
+        server::config::runtime_workers(server_worker_threads(), cores),
         args.events,
         args.publishers
     );
