@@ -59,8 +59,8 @@ pub struct Config {
 /// The async runtime's worker threads for `cores` cores when `configured` is 0: one core
 /// is left to the threads outside the runtime that every request waits on — SQLite's
 /// connections (its writer runs every write transaction) or a local PostgreSQL. On two
-/// cores a second worker only stole tasks from the first and woke it for them: one
-/// worker delivered 7–15 % more with 10–17 % less CPU a delivery (docs §7).
+/// cores a second worker mostly stole tasks from the first and woke it for them (docs §7
+/// "A core for the database", with the measurements).
 pub fn runtime_workers(configured: usize, cores: usize) -> usize {
     match configured {
         0 => cores.saturating_sub(1).max(1),
