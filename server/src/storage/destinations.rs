@@ -8,7 +8,7 @@ use super::store::{
     convert_all, json, parse, Args, Conn, DbRow, Dialect, RowsAffected, Sql, SqlArg, SqlValue,
     Store,
 };
-use super::write::{Durability, WriteTx};
+use super::write::{Durability, WriteTx, Writer};
 use super::*;
 
 pub(super) const DESTINATION: &str = "id, space_id, url, description, event_types, secret, \
@@ -317,26 +317,23 @@ where
     String: SqlValue<D::DB>,
     Option<String>: SqlValue<D::DB>,
 {
-    /// The destinations named, read inside `tx` (the claim reads those of its deliveries,
-    /// so an attempt needs no read of its own).
-    pub(super) async fn destinations_in(
-        tx: &mut WriteTx<'_, D::DB>,
+    /// The destinations named (the first [`FAN_OUT_CHUNK`] of them), read by `writer` in one
+    /// statement of its own, outside a transaction: PostgreSQL's claim reads those of its
+    /// deliveries after its commit ([`super::postgres`]).
+    pub(super) async fn destinations_by(
+        writer: Writer<'_, D::DB>,
         ids: &[DestinationId],
     ) -> Result<Vec<Destination>> {
-        let mut all = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(FAN_OUT_CHUNK) {
-            let mut q = Sql::<D>::new(format!(
-                "SELECT {DESTINATION} FROM destinations WHERE id IN ("
-            ));
-            q.push_list(chunk.iter().map(|d| d.to_string()));
-            q.push(")");
-            let (sql, args) = q.into_parts()?;
-            let rows = sqlx::query_as_with::<_, DestinationRow, _>(&sql, args)
-                .fetch_all(&mut **tx)
-                .await?;
-            all.extend(convert_all(rows)?);
-        }
-        Ok(all)
+        let mut q = Sql::<D>::new(format!(
+            "SELECT {DESTINATION} FROM destinations WHERE id IN ("
+        ));
+        q.push_list(ids.iter().take(FAN_OUT_CHUNK).map(|d| d.to_string()));
+        q.push(")");
+        let (sql, args) = q.into_parts()?;
+        let rows = writer
+            .fetch_all(sqlx::query_as_with::<_, DestinationRow, _>(&sql, args))
+            .await?;
+        convert_all(rows)
     }
 
     /// The destination's ordering (docs D12), written apart from the other settings.

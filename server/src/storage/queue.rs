@@ -1109,29 +1109,6 @@ where
         Ok(effects)
     }
 
-    /// Adds the destinations of the claimed deliveries, read in the claim's transaction
-    /// (one statement for the batch), so no attempt reads its destination apart.
-    pub(super) async fn with_destinations_in(
-        tx: &mut WriteTx<'_, D::DB>,
-        mut claimed: Claimed,
-    ) -> Result<Claimed> {
-        let mut seen = std::collections::HashSet::new();
-        let ids: Vec<DestinationId> = claimed
-            .deliveries
-            .iter()
-            .map(|d| d.destination_id)
-            .filter(|id| seen.insert(*id))
-            .collect();
-        if !ids.is_empty() {
-            claimed.destinations = Self::destinations_in(tx, &ids)
-                .await?
-                .into_iter()
-                .map(|d| (d.id, Arc::new(d)))
-                .collect();
-        }
-        Ok(claimed)
-    }
-
     /// One finished attempt and its consequences, inside `tx`.
     async fn finish_in(
         tx: &mut WriteTx<'_, D::DB>,

@@ -387,7 +387,7 @@ struct Params {
 /// many were held back; the destinations `destinations` (a subquery of IDs) names.
 ///
 /// Every statement is a round trip to sqlx's connection thread and the write lock is held
-/// through all of them: `take_slots_in`, `defer_in` and `with_destinations_in` one after
+/// through all of them: `take_slots_in`, `defer_in` and the destinations' read one after
 /// the other, with `BEGIN` and `COMMIT`, were six.
 fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
     let Params {

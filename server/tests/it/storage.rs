@@ -823,6 +823,42 @@ fn succeeded(deliveries: &[Delivery]) -> Vec<server::storage::FinishedAttempt> {
 }
 
 on_both_backends! {
+    /// Both claims (by name and the full one) hand back each claimed delivery's
+    /// destination with its settings as they are now, so no attempt reads its own; on
+    /// PostgreSQL they are read after the claim's commit.
+    async fn a_claim_hands_back_the_destinations_of_its_deliveries(db) {
+        use server::storage::ClaimLimits;
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let mut a = destination(s.id, None, DestinationStatus::Active);
+        a.url = "https://a.example.com/hook".into();
+        let mut b = destination(s.id, None, DestinationStatus::Active);
+        b.url = "https://b.example.com/hook".into();
+        for d in [&a, &b] {
+            store.create_destination(d, None).await.unwrap();
+        }
+        for _ in 0..3 {
+            store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
+        }
+        let limits = ClaimLimits { per_destination: 2, retries: i64::MAX, plans: None };
+        let now = server::clock::now_ms();
+        let by_name = store.claim_for(&[a.id], now, 100, 60_000, &limits).await.unwrap();
+        assert_eq!(by_name.deliveries.len(), 2, "a's cap of two");
+        assert_eq!(by_name.destinations.len(), 1);
+        assert_eq!(by_name.destinations[&a.id].url, a.url);
+        // Changed after the first claim: the next one reads it as it is now.
+        b.url = "https://b2.example.com/hook".into();
+        store.update_destination(&b, None).await.unwrap();
+        let full = store.claim(now, 100, 60_000, &limits).await.unwrap();
+        assert_eq!(full.deliveries.len(), 2, "b's cap of two; a is at its cap");
+        assert!(full.deliveries.iter().all(|d| d.destination_id == b.id));
+        assert_eq!(full.destinations.len(), 1);
+        assert_eq!(full.destinations[&b.id].url, "https://b2.example.com/hook");
+        assert!(full.deliveries.iter().all(|d| full.events.contains_key(&d.id)));
+    }
+}
+
+on_both_backends! {
     /// A publish due now claims its own destinations' earliest due deliveries in its
     /// transaction on SQLite, as the engine's claim would (caps, limit); PostgreSQL
     /// claims nothing there.
