@@ -151,7 +151,7 @@ impl Postgres {
     /// Adds the destinations of a committed claim's deliveries, read in one statement after
     /// the commit, not before it: claims from every instance take turns under the advisory
     /// lock, which the commit releases, and this read was one of the five round trips made
-    /// under it (a flood's claims were its bottleneck, ~2.3 deliveries a claim). A
+    /// under it (in a flood, ~2.3 deliveries a claim held the lock ~2.9 ms; ~2.4 without). A
     /// destination changed or deleted meanwhile is read as it is now, or not found, as an
     /// attempt reading its own would. If the read fails, the claim stands and each attempt
     /// reads its destination itself.
