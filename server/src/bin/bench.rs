@@ -585,27 +585,15 @@ fn main() -> anyhow::Result<()> {
     }
     let args = Args::parse();
     // In process, the server runs on this runtime: it is built as `partyflow serve`
-    // builds its own (`Config::runtime`). The load generator and the receiver apart keep
+    // builds its own from this environment (`Config::runtime`: `PARTYFLOW_WORKER_THREADS`,
+    // `PARTYFLOW_BATCH_SCHEDULING`). The load generator and the receiver apart keep
     // tokio's default, a worker a core.
     let runtime = if args.external || args.receiver_only {
         tokio::runtime::Runtime::new()?
     } else {
-        Config {
-            worker_threads: server_worker_threads(),
-            ..Config::default()
-        }
-        .runtime()?
+        Config::load()?.runtime()?
     };
     runtime.block_on(bench(args))
-}
-
-/// `PARTYFLOW_WORKER_THREADS` as the server reads it (`partyflow serve` out of process
-/// inherits it), 0 when unset: the server's default.
-fn server_worker_threads() -> usize {
-    std::env::var("PARTYFLOW_WORKER_THREADS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
@@ -709,14 +697,21 @@ async fn bench(args: Args) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
+    // The server's settings from this environment, as `partyflow serve` reads them.
+    let server_config = Config::load()?;
     println!(
-        "PartyFlow Hooks benchmark — {backend}, {}, {cores} cores (the server's runtime: {} worker threads), {} events per flood, {} publishers",
+        "PartyFlow Hooks benchmark — {backend}, {}, {cores} cores (the server's runtime: {} worker threads{}), {} events per flood, {} publishers",
         if args.external {
             "out of process (partyflow serve, the receiver and this load generator apart)"
         } else {
             "in process"
         },
-        server::config::runtime_workers(server_worker_threads(), cores),
+        server::config::runtime_workers(server_config.worker_threads, cores),
+        if server_config.batch_scheduling {
+            ", scheduled as batch work"
+        } else {
+            ""
+        },
         args.events,
         args.publishers
     );
