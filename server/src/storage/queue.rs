@@ -1008,7 +1008,8 @@ where
     /// other, each numbering its parameters after the ones before ([`renumbered`]). A group
     /// of up to [`FINISH_CHUNK`] goes inside `BEGIN IMMEDIATE … COMMIT` in one string, so
     /// its whole transaction is one round trip; a larger one is written
-    /// [`FINISH_CHUNK`] attempts a round trip, the last with the `COMMIT`. Every string is
+    /// [`FINISH_CHUNK`] attempts a round trip, the first with the `BEGIN`
+    /// ([`Self::begin_finishing`]), the last with the `COMMIT`. Every string is
     /// one of a few (SQLite prepares a string of `4 × n` statements once, then keeps it):
     /// one string per group size would prepare hundreds of statements at a time.
     async fn finish_all_at_once(
@@ -1028,14 +1029,39 @@ where
             return Self::finish_batches_effects(results.into_iter().skip(1), batch.len());
         }
         let (before, last) = batch.split_at((batch.len() - 1) / FINISH_CHUNK * FINISH_CHUNK);
-        let mut tx = writer.begin().await?;
-        let mut effects = Self::finish_chunks_in(&mut tx, before, now).await?;
+        let (tx, mut effects) = Self::begin_finishing(&mut writer, before, now).await?;
         let sql = format!("{}{}", Self::finish_batches(last.len()), tx.closing());
         let results = tx
             .commit_with(Self::finish_batches_query(&sql, last, now))
             .await?;
         effects.extend(Self::finish_batches_effects(results, last.len())?);
         Ok(effects)
+    }
+
+    /// Opens `writer`'s transaction with the first [`FINISH_CHUNK`] attempts of `batch`
+    /// (attempts that all [finish at once](Self::finishes_at_once)) in the same string
+    /// (SQLite: `BEGIN IMMEDIATE; …`, one round trip for both; in a flood a third of the
+    /// groups of records are larger than a chunk, and each spent a round trip on its
+    /// `BEGIN` alone), then records the rest [`FINISH_CHUNK`] a round trip
+    /// ([`Self::finish_chunks_in`]). The transaction stays open; the effects of each
+    /// attempt, in order.
+    pub(super) async fn begin_finishing<'w>(
+        writer: &'w mut super::write::Writer<'_, D::DB>,
+        batch: &[FinishedAttempt],
+        now: UnixMs,
+    ) -> Result<(WriteTx<'w, D::DB>, Vec<FinishEffects>)> {
+        let (first, rest) = batch.split_at(batch.len().min(FINISH_CHUNK));
+        let opening = writer.opening();
+        // The `BEGIN`'s end comes first where it travels with them.
+        let skip = usize::from(!opening.is_empty());
+        let sql = format!("{opening}{}", Self::finish_batches(first.len()));
+        let (mut tx, results) = writer
+            .begin_with(Self::finish_batches_query(&sql, first, now))
+            .await?;
+        let mut effects =
+            Self::finish_batches_effects(results.into_iter().skip(skip), first.len())?;
+        effects.extend(Self::finish_chunks_in(&mut tx, rest, now).await?);
+        Ok((tx, effects))
     }
 
     /// Records `batch` (attempts that all [finish at once](Self::finishes_at_once)) inside
@@ -1080,13 +1106,13 @@ where
             .join("; ")
     }
 
-    /// The effects of `n` [finish batches](Self::finish_batch) from their results (each
-    /// statement's rows, then its end), in order; what follows them is ignored.
     /// How many statements a [finish batch](Self::finish_batch) has.
     pub(super) fn finish_batch_statements() -> usize {
         Self::finish_batch().matches(';').count() + 1
     }
 
+    /// The effects of `n` [finish batches](Self::finish_batch) from their results (each
+    /// statement's rows, then its end), in order; what follows them is ignored.
     pub(super) fn finish_batches_effects(
         results: impl IntoIterator<
             Item = sqlx::Either<<D::DB as sqlx::Database>::QueryResult, DbRow<D>>,

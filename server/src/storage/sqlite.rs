@@ -195,15 +195,15 @@ impl Dialect for Sqlite {
     /// in one transaction, the claim after the attempts (it sees the slots they freed),
     /// its parameters numbered after theirs ([`renumbered`]). Up to [`FINISH_CHUNK`]
     /// attempts, the whole transaction is one string, one round trip; a larger group
-    /// writes its first attempts [`FINISH_CHUNK`] a round trip, as
-    /// [`Store::finish_all_at_once`] does, and its last ones with the claim.
+    /// writes its first attempts [`FINISH_CHUNK`] a round trip, the first chunk with the
+    /// `BEGIN` ([`Store::begin_finishing`], as [`Store::finish_all_at_once`] does), and
+    /// its last ones with the claim.
     async fn finish_and_claim(
         mut writer: Writer<'_, sqlx::Sqlite>,
         batch: &[FinishedAttempt],
         now: UnixMs,
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)> {
-        use futures_util::TryStreamExt as _;
         // The slots are dated when the write lock is held, not when it was asked for.
         let now = now.max(crate::clock::now_ms());
         let statements = Store::<Sqlite>::finish_batch_statements();
@@ -225,21 +225,7 @@ impl Dialect for Sqlite {
             let effects = Store::<Sqlite>::finish_batches_effects(results.into_iter().skip(1), m)?;
             return Ok((effects, claimed));
         }
-        let mut effects = Vec::with_capacity(batch.len());
-        let mut tx = writer.begin().await?;
-        for chunk in before.chunks(FINISH_CHUNK) {
-            let sql = Store::<Sqlite>::finish_batches(chunk.len());
-            let results: Vec<_> = sqlx::Executor::fetch_many(
-                &mut *tx,
-                Store::<Sqlite>::finish_batches_query(&sql, chunk, now),
-            )
-            .try_collect()
-            .await?;
-            effects.extend(Store::<Sqlite>::finish_batches_effects(
-                results,
-                chunk.len(),
-            )?);
-        }
+        let (tx, mut effects) = Store::<Sqlite>::begin_finishing(&mut writer, before, now).await?;
         // The claim's batch ends with the `COMMIT`.
         let query = Store::<Sqlite>::finish_batches_query(&finish_and_claim, last, now);
         let results = tx.commit_with(bind_claim_for(query, next, now)?).await?;

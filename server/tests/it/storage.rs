@@ -1079,6 +1079,38 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    /// A group of records larger than a string's eight (SQLite: the first eight with the
+    /// `BEGIN`, then eight a round trip, the last with the `COMMIT`) is written whole and
+    /// once: every attempt applied, every delivery finished, and recording them again
+    /// applies none.
+    async fn a_group_of_records_larger_than_a_string_is_written_whole_and_once(db) {
+        use server::storage::ClaimLimits;
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let d = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&d, None).await.unwrap();
+        for _ in 0..20 {
+            store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
+        }
+        let limits = ClaimLimits { per_destination: 20, retries: i64::MAX, plans: None };
+        let now = server::clock::now_ms();
+        let claimed = store.claim(now, 100, 60_000, &limits).await.unwrap().deliveries;
+        assert_eq!(claimed.len(), 20);
+        let rule = AutoDisable { after: i64::MAX, warn_at: Vec::new() };
+        let effects = store.finish_attempts(&succeeded(&claimed), &rule, now).await.unwrap();
+        assert_eq!(effects.len(), 20);
+        assert!(effects.iter().all(|e| e.applied));
+        for c in &claimed {
+            let stored = store.get_delivery_by_id(c.id).await.unwrap();
+            assert_eq!(stored.status, DeliveryStatus::Succeeded);
+            assert_eq!(stored.attempts, 1);
+        }
+        let again = store.finish_attempts(&succeeded(&claimed), &rule, now).await.unwrap();
+        assert!(again.iter().all(|e| !e.applied), "recorded once");
+    }
+}
+
+on_both_backends! {
     /// A REST publish reads its type's subscribers with its checks and, published alone,
     /// writes in one round trip if they have not changed since (SQLite: a string of
     /// statements; PostgreSQL: one statement). If they have (one disabled, one created),
