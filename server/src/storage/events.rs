@@ -82,6 +82,17 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
         space_id: SpaceId,
         event_type: &str,
     ) -> Result<(ApiKey, PublishChecks)>;
+    /// [`Self::publish_checks_with_key`] as read a moment ago, kept in memory when it can be
+    /// checked again by the write (no filter in the space, every subscriber active, the
+    /// fan-out one INSERT), or read now. What comes from memory is marked
+    /// ([`ReadSubscribers`]): its write goes through only if a read at the write would say
+    /// the same, and answers [`StorageError::Stale`] otherwise (nothing written).
+    async fn publish_checks_cached(
+        &self,
+        key_hash: &str,
+        space_id: SpaceId,
+        event_type: &str,
+    ) -> Result<(ApiKey, PublishChecks)>;
 }
 
 /// What [`EventStore::publish_checks`] reads of `space`'s catalogue for `event_type` (SQL
@@ -121,10 +132,48 @@ pub struct PublishChecks {
 /// publish reads them again in its transaction, as always
 /// ([`EventStore::publish_events`]). So the fan-out is the one of the moment of the
 /// write, as when the subscribers are read in the write's transaction.
+///
+/// The text holds more than the subscribers ([`checks_json`]): whether the publish's key
+/// is still good, its type's schema version and whether the space has filters, so a
+/// publish whose checks came from memory ([`EventStore::publish_checks_cached`]) is
+/// written only if they all still hold, and is refused as [`StorageError::Stale`]
+/// otherwise, never written the statement-by-statement way.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadSubscribers(String);
+pub struct ReadSubscribers {
+    text: String,
+    /// The publish's API key, whose state the text holds.
+    key: String,
+    /// From memory, not read for this publish.
+    cached: bool,
+}
 
-/// SQL: the JSON text of [`ReadSubscribers`], the subscribers of `space` whose
+/// SQL: the JSON text of [`ReadSubscribers`] — `[key, schema, filters, subscribers]`:
+/// the state of the API key `key` (0 while it is not revoked, its revocation time once it
+/// is, NULL once deleted), the version of the schema of `event_type` in `space`, how many
+/// of the space's active destinations have a filter, and [`subscribers_json`]. The same
+/// text on both sides of a publish: its checks' read and its guarded write.
+fn checks_json(backend: Backend, space: &str, keys: &str, event_type: &str, key: &str) -> String {
+    let key_state = format!("(SELECT COALESCE(revoked_at, 0) FROM api_keys WHERE id = {key})");
+    let schema = format!(
+        "(SELECT updated_at FROM event_types \
+          WHERE space_id = {space} AND name = {event_type} AND schema IS NOT NULL)"
+    );
+    let filters = format!(
+        "(SELECT COUNT(*) FROM destinations \
+          WHERE space_id = {space} AND payload_filter IS NOT NULL AND status = 'active')"
+    );
+    let subscribers = subscribers_json(backend, space, keys);
+    match backend {
+        Backend::Sqlite => {
+            format!("json_array({key_state}, {schema}, {filters}, json({subscribers}))")
+        }
+        Backend::Postgres => format!(
+            "json_build_array({key_state}, {schema}, {filters}, ({subscribers})::json)::text"
+        ),
+    }
+}
+
+/// SQL: the JSON text of the subscribers of `space` whose
 /// subscription entries are among `keys` (a JSON array: [`subscription_keys`]), by ID;
 /// `[]` when there are none. The same text on both backends' side of a publish: its
 /// checks' read and its guarded write ([`Store::publish_as_read`]).
@@ -154,29 +203,135 @@ fn keys_json(event_type: &str) -> Result<String> {
         .map_err(|e| StorageError::Internal(e.to_string()))
 }
 
+/// REST publishes' checks kept in memory ([`EventStore::publish_checks_cached`]) by key
+/// hash, space and event type: only those a write can check again in full (the key not
+/// revoked, no filter in the space, every subscriber active, the fan-out one INSERT), so
+/// every publish that uses them is as exact as one that read them. A read refreshes or
+/// drops its entry; at [`ChecksCache::MOST`] entries it starts over.
+#[derive(Debug, Default)]
+pub struct ChecksCache(std::sync::Mutex<HashMap<ChecksOf, (ApiKey, PublishChecks)>>);
+
+/// What [`ChecksCache`] keeps checks by: the key's hash, the space, the event type.
+type ChecksOf = (String, SpaceId, String);
+
+impl ChecksCache {
+    const MOST: usize = 10_000;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ChecksOf, (ApiKey, PublishChecks)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The checks kept for this publish, marked as from memory.
+    fn get(
+        &self,
+        key_hash: &str,
+        space: SpaceId,
+        event_type: &str,
+    ) -> Option<(ApiKey, PublishChecks)> {
+        let (key, mut checks) = self
+            .lock()
+            .get(&(key_hash.to_owned(), space, event_type.to_owned()))?
+            .clone();
+        checks.subscribers.as_mut()?.cached = true;
+        Some((key, checks))
+    }
+
+    /// Keeps what a read `found` for this publish if a write can check it again in full;
+    /// forgets the entry otherwise.
+    fn keep(
+        &self,
+        key_hash: &str,
+        space: SpaceId,
+        event_type: &str,
+        found: Option<&(ApiKey, PublishChecks)>,
+    ) {
+        let entry = (key_hash.to_owned(), space, event_type.to_owned());
+        let kept = found.filter(|(_, checks)| cacheable(checks, event_type));
+        let mut cache = self.lock();
+        match kept {
+            Some(found) => {
+                if cache.len() >= Self::MOST && !cache.contains_key(&entry) {
+                    cache.clear();
+                }
+                cache.insert(entry, found.clone());
+            }
+            None => {
+                cache.remove(&entry);
+            }
+        }
+    }
+}
+
+/// Whether a write can check `checks` again in full ([`ChecksCache`]): the key not revoked,
+/// no filter in the space, every subscriber of `event_type` active, and few enough of them
+/// for one INSERT (the publishes written in one round trip, [`Store::publish_as_read`]).
+fn cacheable(checks: &PublishChecks, event_type: &str) -> bool {
+    let Some(read) = &checks.subscribers else {
+        return false;
+    };
+    let Ok((Some(0), _, 0, rows)) = read.parsed() else {
+        return false;
+    };
+    let Ok((active, inactive)) = split_rows(rows, event_type) else {
+        return false;
+    };
+    checks.filtering.is_empty() && inactive.is_empty() && active.len() <= FAN_OUT_CHUNK
+}
+
+/// Whether `new`'s checks came from memory ([`ReadSubscribers::cached`]).
+fn checked_from_memory(new: &NewEvent) -> bool {
+    new.subscribers.as_ref().is_some_and(|read| read.cached)
+}
+
+/// What [`checks_json`] holds.
+type CheckedText = (
+    Option<i64>,
+    Option<i64>,
+    i64,
+    Vec<(String, String, i64, Option<String>)>,
+);
+
 impl ReadSubscribers {
+    /// Whether these checks came from memory ([`EventStore::publish_checks_cached`]).
+    pub fn cached(&self) -> bool {
+        self.cached
+    }
+
+    fn parsed(&self) -> Result<CheckedText> {
+        serde_json::from_str(&self.text)
+            .map_err(|e| StorageError::Corrupt(format!("the subscribers read: {e}")))
+    }
+
     /// The active and the inactive subscribers of `event_type` among them, as
     /// `Store::subscribers_of` splits the rows read under the lock.
     fn split(&self, event_type: &str) -> Result<Subscribers> {
-        let rows: Vec<(String, String, i64, Option<String>)> = serde_json::from_str(&self.0)
-            .map_err(|e| StorageError::Corrupt(format!("the subscribers read: {e}")))?;
-        let (mut active, mut inactive) = (Vec::new(), Vec::new());
-        for (id, status, _, types) in rows {
-            let types: Option<Vec<String>> = types
-                .map(|t| serde_json::from_str(&t))
-                .transpose()
-                .map_err(|e| StorageError::Corrupt(format!("destinations.event_types: {e}")))?;
-            if !subscribes(types.as_deref(), event_type) {
-                continue;
-            }
-            let id: DestinationId = parse("destinations.id", &id)?;
-            match parse::<DestinationStatus>("destinations.status", &status)? {
-                DestinationStatus::Active => active.push(id),
-                _ => inactive.push(id),
-            }
-        }
-        Ok((active, inactive))
+        let (_, _, _, rows) = self.parsed()?;
+        split_rows(rows, event_type)
     }
+}
+
+/// The active and the inactive subscribers of `event_type` among the `rows` of
+/// [`subscribers_json`].
+fn split_rows(
+    rows: Vec<(String, String, i64, Option<String>)>,
+    event_type: &str,
+) -> Result<Subscribers> {
+    let (mut active, mut inactive) = (Vec::new(), Vec::new());
+    for (id, status, _, types) in rows {
+        let types: Option<Vec<String>> = types
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|e| StorageError::Corrupt(format!("destinations.event_types: {e}")))?;
+        if !subscribes(types.as_deref(), event_type) {
+            continue;
+        }
+        let id: DestinationId = parse("destinations.id", &id)?;
+        match parse::<DestinationStatus>("destinations.status", &status)? {
+            DestinationStatus::Active => active.push(id),
+            _ => inactive.push(id),
+        }
+    }
+    Ok((active, inactive))
 }
 
 #[async_trait]
@@ -338,7 +493,7 @@ where
     ) -> Result<(ApiKey, PublishChecks)> {
         // The checks' rows, each with the key's columns; none without the key. With the
         // subscribers of the type, for the publish's one round trip.
-        let subscribers = subscribers_json(D::BACKEND, "$1", "$4");
+        let subscribers = checks_json(D::BACKEND, "$1", "$4", "$2", "k.id");
         let sql = format!(
             "SELECT {API_KEY_AS_KEY}, {}, {subscribers} AS subscribers FROM api_keys AS k {} \
              WHERE k.key_hash = $3 AND k.revoked_at IS NULL",
@@ -353,6 +508,7 @@ where
             .fetch_all(&self.read)
             .await?;
         let Some(first) = rows.first() else {
+            self.checks.keep(key_hash, space_id, event_type, None);
             return Err(StorageError::NotFound);
         };
         let text = |column: &str| sqlx::Row::try_get::<String, _>(first, column);
@@ -367,8 +523,32 @@ where
         };
         let mut checks = Self::checks_of(&rows)?;
         checks.subscribers =
-            sqlx::Row::try_get::<Option<String>, _>(first, "subscribers")?.map(ReadSubscribers);
-        Ok((key.try_into()?, checks))
+            sqlx::Row::try_get::<Option<String>, _>(first, "subscribers")?.map(|text| {
+                ReadSubscribers {
+                    text,
+                    key: key.id.clone(),
+                    cached: false,
+                }
+            });
+        let found = (key.try_into()?, checks);
+        self.checks
+            .keep(key_hash, space_id, event_type, Some(&found));
+        Ok(found)
+    }
+
+    async fn publish_checks_cached(
+        &self,
+        key_hash: &str,
+        space_id: SpaceId,
+        event_type: &str,
+    ) -> Result<(ApiKey, PublishChecks)> {
+        match self.checks.get(key_hash, space_id, event_type) {
+            Some(kept) => Ok(kept),
+            None => {
+                self.publish_checks_with_key(key_hash, space_id, event_type)
+                    .await
+            }
+        }
     }
 
     async fn get_event(&self, space_id: SpaceId, id: EventId) -> Result<Event> {
@@ -417,6 +597,10 @@ where
         batch: &[NewEvent],
         now: UnixMs,
     ) -> Result<Vec<Result<Published>>> {
+        // Checks from memory go only the way that checks them again, in the write.
+        if batch.iter().any(checked_from_memory) && !Self::checked_again(batch)? {
+            return self.refusing_stale(batch, now).await;
+        }
         let mut writer = self.writes.writer(Durability::Deferred).await?;
         if let [new] = batch {
             // A group of one without a key (every publish at low load): one round trip
@@ -428,6 +612,9 @@ where
                         Self::publish_as_read(writer, new, now, read, fan).await?
                     {
                         return Ok(vec![Ok(published)]);
+                    }
+                    if read.cached {
+                        return Ok(vec![Err(StorageError::Stale)]);
                     }
                     writer = self.writes.writer(Durability::Deferred).await?;
                 }
@@ -448,6 +635,9 @@ where
                     Self::publish_group_as_read(writer, batch, fans, now).await?
                 {
                     return Ok(published.into_iter().map(Ok).collect());
+                }
+                if batch.iter().any(checked_from_memory) {
+                    return self.refusing_stale(batch, now).await;
                 }
                 writer = self.writes.writer(Durability::Deferred).await?;
             }
@@ -526,6 +716,46 @@ where
             answers.push(self.answer_of(new, outcome).await);
         }
         Ok(answers)
+    }
+
+    /// Whether `batch` goes the way that checks its checks again in the write
+    /// ([`Self::publish_as_read`], [`Self::publish_group_as_read`]).
+    fn checked_again(batch: &[NewEvent]) -> Result<bool> {
+        Ok(match batch {
+            [new] => new.idempotency_key.is_none() && Self::fan_out_as_read(new)?.is_some(),
+            _ => Self::group_as_read(batch)?.is_some(),
+        })
+    }
+
+    /// Refuses each event of `batch` whose checks came from memory as
+    /// [`StorageError::Stale`] (nothing of it written: it is read afresh and published
+    /// again), and publishes the others the usual way.
+    async fn refusing_stale(
+        &self,
+        batch: &[NewEvent],
+        now: UnixMs,
+    ) -> Result<Vec<Result<Published>>> {
+        let rest: Vec<NewEvent> = batch
+            .iter()
+            .filter(|new| !checked_from_memory(new))
+            .cloned()
+            .collect();
+        let mut written = match rest.is_empty() {
+            true => Vec::new(),
+            false => Box::pin(self.publish_events_unsynced(&rest, now)).await?,
+        }
+        .into_iter();
+        Ok(batch
+            .iter()
+            .map(|new| match checked_from_memory(new) {
+                true => Err(StorageError::Stale),
+                false => written.next().unwrap_or_else(|| {
+                    Err(StorageError::Internal(
+                        "a publish of the group was not answered".into(),
+                    ))
+                }),
+            })
+            .collect())
     }
 
     /// [`PublishChecks`] from the rows of [`checks_of_space`] and [`filtering_in`].
@@ -825,7 +1055,7 @@ where
             .claim
             .as_ref()
             .filter(|_| e.deliver_at.is_none() && !targets.is_empty())
-            .and_then(|claim| Some((claim, D::claim_for_event_after(k + 8)?)));
+            .and_then(|claim| Some((claim, D::claim_for_event_after(k + 9)?)));
         let event = format!(
             "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
              SELECT {}, {}, {}, {}, {}, {} WHERE {} = {}",
@@ -835,7 +1065,7 @@ where
             n(4),
             n(5),
             n(6),
-            subscribers_json(D::BACKEND, &n(2), &n(7)),
+            checks_json(D::BACKEND, &n(2), &n(7), &n(3), &n(9)),
             n(8),
         );
         let one_statement = D::BACKEND == Backend::Postgres;
@@ -873,7 +1103,8 @@ where
             .bind(e.created_at)
             .bind(e.deliver_at)
             .bind(keys_json(&e.event_type)?)
-            .bind(read.0.clone());
+            .bind(read.text.clone())
+            .bind(read.key.clone());
         if let Some((claim, _)) = &claim {
             let next = ClaimNext {
                 destinations: fan.send.clone(),
@@ -992,8 +1223,11 @@ where
         let guards: Vec<String> = guarded
             .iter()
             .map(|_| {
-                let (space, keys, read) = (next(), next(), next());
-                format!("{} = {read}", subscribers_json(D::BACKEND, &space, &keys))
+                let (space, keys, event_type, key, read) = (next(), next(), next(), next(), next());
+                format!(
+                    "{} = {read}",
+                    checks_json(D::BACKEND, &space, &keys, &event_type, &key)
+                )
             })
             .collect();
         let first = next();
@@ -1040,7 +1274,9 @@ where
             query = query
                 .bind(space.to_string())
                 .bind(keys_json(event_type)?)
-                .bind(read.0.clone());
+                .bind(event_type.to_string())
+                .bind(read.key.clone())
+                .bind(read.text.clone());
         }
         if !one_statement {
             query = query.bind(batch[0].event.id.to_string());

@@ -102,6 +102,7 @@ fn for_each_of_group(e: &StorageError) -> StorageError {
         StorageError::NotFound => StorageError::NotFound,
         StorageError::Conflict(why) => StorageError::Conflict(why.clone()),
         StorageError::Corrupt(why) => StorageError::Corrupt(why.clone()),
+        StorageError::Stale => StorageError::Stale,
         StorageError::Internal(why) => StorageError::Internal(why.clone()),
         StorageError::Other(e) => StorageError::Internal(format!("the group commit failed: {e}")),
     }

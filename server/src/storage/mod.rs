@@ -103,6 +103,11 @@ pub enum StorageError {
     /// A stored value could not be read back as a domain value.
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A REST publish's checks came from memory ([`EventStore::publish_checks_cached`])
+    /// and the write found them out of date (a key revoked, a schema or a filter added,
+    /// a subscriber changed): nothing was written. Read them afresh and publish again.
+    #[error("the publish's checks were out of date")]
+    Stale,
     /// The database cannot be reached or cannot take writes right now (connection
     /// refused or lost, pool exhausted, disk full, I/O error): nothing was written, and
     /// the same request may succeed later. HTTP answers 503.
@@ -246,8 +251,9 @@ pub struct NewEvent {
     /// replaced by those), so the engine sends them without a claim of its own
     /// ([`Published::Created::claimed`]).
     pub claim: Option<ClaimNext>,
-    /// Its type's subscribers as its checks read them (SQLite, a REST publish): published
-    /// alone, it is written in one round trip if they are unchanged ([`ReadSubscribers`]).
+    /// Its type's subscribers, with the rest of its checks, as a REST publish read them
+    /// (or kept them in memory): it is written in one round trip if they are unchanged
+    /// ([`ReadSubscribers`]); from memory and changed, it is refused as [`StorageError::Stale`].
     pub subscribers: Option<ReadSubscribers>,
 }
 

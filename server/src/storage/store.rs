@@ -195,6 +195,9 @@ pub struct Store<D: Dialect> {
     pub(super) engine_read: Reads<D::DB>,
     /// The only way to write.
     pub(super) writes: Writes<D::DB>,
+    /// REST publishes' checks kept in memory, checked again by each write that uses them
+    /// ([`super::events::ChecksCache`]).
+    pub(super) checks: super::events::ChecksCache,
     dialect: PhantomData<D>,
 }
 
@@ -209,6 +212,7 @@ impl<D: Dialect> Store<D> {
             read,
             engine_read,
             writes,
+            checks: Default::default(),
             dialect: PhantomData,
         }
     }

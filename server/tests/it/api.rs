@@ -142,6 +142,66 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    /// A REST publish's checks are kept in memory (docs §7 "The publish's checks in
+    /// memory"), and every change they depend on reaches the next publish all the same: a
+    /// filter added, a destination disabled, a schema added or removed, the key revoked.
+    async fn a_publishs_checks_kept_in_memory_never_outlive_a_change(db) {
+        let app = spawn_app(&db).await.with_space().await;
+        let rx = server::testkit::Receiver::start().await;
+        let d = app.destination(json!({"url": rx.url("/hook"), "eventTypes": ["order.paid"]})).await;
+        let id = d["id"].as_str().unwrap().to_owned();
+        let publish = |payload: serde_json::Value| app.post("/events", json!({"type": "order.paid", "payload": payload}));
+        for _ in 0..2 {
+            let (status, first) = publish(json!({"total": 5})).await;
+            assert_eq!((status, first["deliveries"].as_i64()), (202, Some(1)), "{first}");
+        }
+        // The second read came from memory.
+        let key = server::auth::hash_token(app.api_key.as_ref().unwrap());
+        let space: server::domain::SpaceId = app.space.as_ref().unwrap().parse().unwrap();
+        let (_, kept) = app.storage.publish_checks_cached(&key, space, "order.paid").await.unwrap();
+        assert!(kept.subscribers.as_ref().is_some_and(|s| s.cached()), "from memory");
+
+        // A filter added: the next publish is filtered.
+        let p = crate::incoming::Project::of(&app);
+        let (status, _) = p.call(reqwest::Method::PATCH, &p.api(&format!("/destinations/{id}")), Some(json!({"filter": ".total > 100"}))).await;
+        assert_eq!(status, 200);
+        let (_, small) = publish(json!({"total": 5})).await;
+        assert_eq!(small["deliveries"], 0, "{small}");
+        let (status, _) = p.call(reqwest::Method::PATCH, &p.api(&format!("/destinations/{id}")), Some(json!({"filter": null}))).await;
+        assert_eq!(status, 200);
+        assert_eq!(publish(json!({"total": 5})).await.1["deliveries"], 1);
+
+        // Disabled: skipped; enabled again: delivered.
+        assert_eq!(app.post(&format!("/destinations/{id}/disable"), json!(null)).await.0, 200);
+        assert_eq!(publish(json!({"total": 5})).await.1["deliveries"], 0);
+        assert_eq!(app.post(&format!("/destinations/{id}/enable"), json!(null)).await.0, 200);
+        assert_eq!(publish(json!({"total": 5})).await.1["deliveries"], 1);
+
+        // A schema added: refused; removed: accepted again.
+        let schema = json!({"type": "object", "required": ["total"], "properties": {"total": {"type": "number"}}});
+        assert_eq!(app.post("/event-types", json!({"name": "order.paid", "schema": schema})).await.0, 201);
+        let (status, refused) = publish(json!({"total": "five"})).await;
+        assert_eq!((status, refused["code"].as_str()), (422, Some("schema_violation")), "{refused}");
+        assert_eq!(publish(json!({"total": 5})).await.0, 202);
+        let (status, _) = p.call(reqwest::Method::PATCH, &p.api("/event-types/order.paid"), Some(json!({"schema": null}))).await;
+        assert_eq!(status, 200);
+        assert_eq!(publish(json!({"total": "five"})).await.0, 202, "no schema any more");
+
+        // The key revoked (by another key): the next publish is refused.
+        let (_, other) = app.post("/api-keys", json!({"name": "other"})).await;
+        let me = app.get("/api-keys").await.1["data"].as_array().unwrap().iter()
+            .find(|k| k["name"] != "other").unwrap()["id"].as_str().unwrap().to_owned();
+        let client = reqwest::Client::new();
+        let revoked = client.post(app.url(&format!("/v1/projects/{}/api-keys/{me}/revoke", app.space.as_ref().unwrap())))
+            .bearer_auth(other["key"].as_str().unwrap()).send().await.unwrap();
+        assert_eq!(revoked.status().as_u16(), 204);
+        let (status, refused) = publish(json!({"total": 5})).await;
+        assert_eq!((status, refused["code"].as_str()), (401, Some("unauthorized")), "{refused}");
+        app.stop().await;
+    }
+}
+
+on_both_backends! {
     async fn destinations_can_be_read_changed_listed_and_deleted(db) {
         let app = spawn_app(&db).await.with_space().await;
         let dst = app.destination(json!({

@@ -1187,6 +1187,55 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    /// Checks kept in memory are checked again by the write: unchanged, the publish is
+    /// written (alone and in a group); once the key is revoked, it is refused as stale and
+    /// nothing of it is written, while a publish of the same group that read its checks
+    /// goes the usual way.
+    async fn a_publish_whose_checks_from_memory_are_out_of_date_is_refused_as_stale(db) {
+        let store = db.storage.as_ref();
+        let (s, a, b) = with_order_subscribers(store).await;
+        let now = server::clock::now_ms();
+        let read = store.publish_checks_with_key("hash-1", s.id, "order.paid").await.unwrap();
+        assert!(!read.1.subscribers.as_ref().unwrap().cached(), "read");
+        let (key, kept) = store.publish_checks_cached("hash-1", s.id, "order.paid").await.unwrap();
+        assert_eq!(key.id, read.0.id);
+        assert!(kept.subscribers.as_ref().unwrap().cached(), "from memory");
+        let publish = |subscribers: Option<server::storage::ReadSubscribers>| {
+            let mut new = event(s.id, "order.paid");
+            new.subscribers = subscribers;
+            new
+        };
+        let one = publish(kept.subscribers.clone());
+        let answers = store.publish_events(std::slice::from_ref(&one), now).await.unwrap();
+        assert!(matches!(answers[0], Ok(Published::Created { deliveries: 2, .. })), "{answers:?}");
+        let two = [publish(kept.subscribers.clone()), publish(kept.subscribers.clone())];
+        let answers = store.publish_events(&two, now).await.unwrap();
+        assert!(answers.iter().all(|a| matches!(a, Ok(Published::Created { deliveries: 2, .. }))), "{answers:?}");
+
+        store.revoke_api_key(s.id, key.id, now, None).await.unwrap();
+        let stale = publish(kept.subscribers.clone());
+        let answers = store.publish_events(std::slice::from_ref(&stale), now).await.unwrap();
+        assert!(matches!(answers[0], Err(StorageError::Stale)), "{answers:?}");
+        let fresh = publish(read.1.subscribers.clone());
+        let group = [publish(kept.subscribers.clone()), fresh.clone()];
+        let answers = store.publish_events(&group, now).await.unwrap();
+        assert!(matches!(answers[0], Err(StorageError::Stale)), "{answers:?}");
+        assert!(matches!(answers[1], Ok(Published::Created { deliveries: 2, .. })), "{answers:?}");
+        for refused in [&stale.event, &group[0].event] {
+            assert!(matches!(store.get_event(s.id, refused.id).await, Err(StorageError::NotFound)));
+        }
+        assert!(store.get_event(s.id, fresh.event.id).await.is_ok());
+        for d in [a.id, b.id] {
+            let to = DeliveryFilter { space_id: Some(s.id), destination_id: Some(d), ..Default::default() };
+            assert_eq!(store.list_deliveries(&to, Page::first(100)).await.unwrap().len(), 4);
+        }
+        // Read afresh now: no key, and nothing kept for it.
+        assert!(matches!(store.publish_checks_with_key("hash-1", s.id, "order.paid").await, Err(StorageError::NotFound)));
+        assert!(matches!(store.publish_checks_cached("hash-1", s.id, "order.paid").await, Err(StorageError::NotFound)));
+    }
+}
+
+on_both_backends! {
     /// A publish is on disk before it is answered. On SQLite its commit does not sync the
     /// WAL while the write gate is held; the publish syncs it after, before it answers:
     /// alone, in a group, and a replay of its idempotency key alike.

@@ -108,30 +108,10 @@ async fn publish(
 ) -> Result<(StatusCode, Json<Published202>), ApiError> {
     // The key is looked up with the publish's checks, in one read; a publish refused
     // before that read looks its key up alone.
-    let (body, space_id) = match (body, project.parse::<SpaceId>()) {
+    let (mut body, space_id) = match (body, project.parse::<SpaceId>()) {
         (Ok(ApiJson(body)), Ok(space_id)) if refusal(&body).is_ok() => (body, space_id),
         (body, _) => return Err(refused_alone(&state, bearer, &project, body).await),
     };
-    let (key, checks) = match state
-        .storage
-        .publish_checks_with_key(&bearer.key_hash, space_id, &body.event_type)
-        .await
-    {
-        Ok(found) => found,
-        Err(StorageError::NotFound) => return Err(ApiError::Unauthorized),
-        Err(e) => return Err(e.into()),
-    };
-    let caller = bearer.caller_of(&state, key);
-    caller.space(&project)?;
-    event_types::check_payload_at(
-        state.storage.as_ref(),
-        &state.schemas,
-        space_id,
-        &body.event_type,
-        &body.payload,
-        checks.schema_version,
-    )
-    .await?;
     let payload_text = body.payload.to_string();
     let request_hash = {
         let mut h = Sha256::new();
@@ -143,33 +123,82 @@ async fn publish(
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     };
-    let now = now_ms();
-    let deliver_at = schedule::deliver_at(body.deliver_at.as_deref(), now)?;
-    let event = Event {
-        id: EventId::new_in_order(),
-        space_id,
-        event_type: body.event_type,
-        payload: body.payload,
-        created_at: now,
-        deliver_at,
+    // The checks as read a moment ago, kept in memory, where the write checks them again
+    // (no idempotency key); if it finds them out of date, nothing was written and they
+    // are read afresh, once (docs §7 "The publish's checks in memory").
+    let mut from_memory = body.idempotency_key.is_none();
+    let (published, deliver_at, reserved) = loop {
+        let found = if from_memory {
+            state
+                .storage
+                .publish_checks_cached(&bearer.key_hash, space_id, &body.event_type)
+                .await
+        } else {
+            state
+                .storage
+                .publish_checks_with_key(&bearer.key_hash, space_id, &body.event_type)
+                .await
+        };
+        let (key, checks) = match found {
+            Ok(found) => found,
+            Err(StorageError::NotFound) => return Err(ApiError::Unauthorized),
+            Err(e) => return Err(e.into()),
+        };
+        let caller = bearer.caller_of(&state, key);
+        caller.space(&project)?;
+        let checked = event_types::check_payload_at(
+            state.storage.as_ref(),
+            &state.schemas,
+            space_id,
+            &body.event_type,
+            &body.payload,
+            checks.schema_version,
+        )
+        .await;
+        match checked {
+            // A schema from memory may be one changed since: refused only by the one now.
+            Err(_) if from_memory => {
+                from_memory = false;
+                continue;
+            }
+            checked => checked?,
+        }
+        let now = now_ms();
+        let deliver_at = schedule::deliver_at(body.deliver_at.as_deref(), now)?;
+        let event = Event {
+            id: EventId::new_in_order(),
+            space_id,
+            event_type: body.event_type.clone(),
+            // Kept for a second try while the checks come from memory.
+            payload: match from_memory {
+                true => body.payload.clone(),
+                false => std::mem::take(&mut body.payload),
+            },
+            created_at: now,
+            deliver_at,
+        };
+        let filters = filters::verdicts_among(checks.filtering, &state.sandbox, &event).await?;
+        // Due now: the publish may claim its deliveries itself, with the engine's permits
+        // (published alone), and they go out without a claim of the engine's. In a flood
+        // the publishes go in groups, which claim nothing: their permits would only keep
+        // the engine's records from claiming ahead.
+        let reserved = (deliver_at.is_none() && state.publisher.idle())
+            .then(|| state.engine.reserve())
+            .flatten();
+        let new = NewEvent {
+            event,
+            idempotency_key: body.idempotency_key.clone(),
+            request_hash: request_hash.clone(),
+            filters,
+            claim: reserved.as_ref().map(|r| r.claim.clone()),
+            subscribers: checks.subscribers,
+        };
+        match state.publisher.publish(new).await {
+            Err(StorageError::Stale) if from_memory => from_memory = false,
+            published => break (published?, deliver_at, reserved),
+        }
     };
-    let filters = filters::verdicts_among(checks.filtering, &state.sandbox, &event).await?;
-    // Due now: the publish may claim its deliveries itself, with the engine's permits
-    // (published alone), and they go out without a claim of the engine's. In a flood the
-    // publishes go in groups, which claim nothing: their permits would only keep the
-    // engine's records from claiming ahead.
-    let reserved = (deliver_at.is_none() && state.publisher.idle())
-        .then(|| state.engine.reserve())
-        .flatten();
-    let new = NewEvent {
-        event,
-        idempotency_key: body.idempotency_key,
-        request_hash: request_hash.clone(),
-        filters,
-        claim: reserved.as_ref().map(|r| r.claim.clone()),
-        subscribers: checks.subscribers,
-    };
-    match state.publisher.publish(new).await? {
+    match published {
         Published::Created {
             event_id,
             deliveries,

@@ -90,7 +90,7 @@ impl Bearer {
     }
 
     /// The caller whose key (found by [`Self::key_hash`], not revoked) is `key`.
-    pub fn caller_of(self, state: &AppState, key: ApiKey) -> Caller {
+    pub fn caller_of(&self, state: &AppState, key: ApiKey) -> Caller {
         remember_use(state, key.id);
         Caller {
             space_id: key.space_id,
