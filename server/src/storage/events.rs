@@ -1679,4 +1679,46 @@ mod tests {
         assert_eq!(fan.failed, vec![(c, "the filter failed: boom")]);
         assert_eq!(fan.deliveries(), 2, "the failed delivery is one");
     }
+
+    #[test]
+    fn only_checks_a_write_can_check_again_in_full_are_kept_in_memory() {
+        let [a, b] = [(); 2].map(|_| DestinationId::new().to_string());
+        let checks = |text: String| PublishChecks {
+            subscribers: Some(ReadSubscribers {
+                text,
+                key: "key_1".into(),
+                cached: false,
+            }),
+            ..PublishChecks::default()
+        };
+        let text = |key: &str, filters: u32, b_status: &str, b_types: &str| {
+            format!(
+                r#"[{key}, 17, {filters}, [["{a}", "active", 1, null], ["{b}", "{b_status}", 2, {b_types}]]]"#
+            )
+        };
+        let kept = |c: &PublishChecks| cacheable(c, "order.paid");
+        assert!(kept(&checks(text("0", 0, "active", "null"))));
+        assert!(
+            !kept(&checks(text("1700000000000", 0, "active", "null"))),
+            "a revoked key"
+        );
+        assert!(
+            !kept(&checks(text("null", 0, "active", "null"))),
+            "a deleted key"
+        );
+        assert!(
+            !kept(&checks(text("0", 1, "active", "null"))),
+            "a filter in the space"
+        );
+        assert!(
+            !kept(&checks(text("0", 0, "inactive", "null"))),
+            "an inactive subscriber"
+        );
+        assert!(
+            kept(&checks(text("0", 0, "inactive", r#""[\"invoice.*\"]""#))),
+            "an inactive destination of other types is no subscriber"
+        );
+        assert!(!kept(&checks("not json".into())));
+        assert!(!kept(&PublishChecks::default()), "nothing read with them");
+    }
 }

@@ -126,9 +126,9 @@ async fn publish(
     // The checks as read a moment ago, kept in memory, where the write checks them again
     // (no idempotency key); if it finds them out of date, nothing was written and they
     // are read afresh, once (docs §7 "The publish's checks in memory").
-    let mut from_memory = body.idempotency_key.is_none();
+    let mut may_remember = body.idempotency_key.is_none();
     let (published, deliver_at, reserved) = loop {
-        let found = if from_memory {
+        let found = if may_remember {
             state
                 .storage
                 .publish_checks_cached(&bearer.key_hash, space_id, &body.event_type)
@@ -144,6 +144,8 @@ async fn publish(
             Err(StorageError::NotFound) => return Err(ApiError::Unauthorized),
             Err(e) => return Err(e.into()),
         };
+        let from_memory = checks.subscribers.as_ref().is_some_and(|s| s.cached());
+        may_remember = false;
         let caller = bearer.caller_of(&state, key);
         caller.space(&project)?;
         let checked = event_types::check_payload_at(
@@ -157,10 +159,7 @@ async fn publish(
         .await;
         match checked {
             // A schema from memory may be one changed since: refused only by the one now.
-            Err(_) if from_memory => {
-                from_memory = false;
-                continue;
-            }
+            Err(_) if from_memory => continue,
             checked => checked?,
         }
         let now = now_ms();
@@ -169,7 +168,7 @@ async fn publish(
             id: EventId::new_in_order(),
             space_id,
             event_type: body.event_type.clone(),
-            // Kept for a second try while the checks come from memory.
+            // Kept for a second try when the checks came from memory.
             payload: match from_memory {
                 true => body.payload.clone(),
                 false => std::mem::take(&mut body.payload),
@@ -194,7 +193,7 @@ async fn publish(
             subscribers: checks.subscribers,
         };
         match state.publisher.publish(new).await {
-            Err(StorageError::Stale) if from_memory => from_memory = false,
+            Err(StorageError::Stale) if from_memory => {}
             published => break (published?, deliver_at, reserved),
         }
     };
