@@ -147,11 +147,12 @@ pub struct ReadSubscribers {
     cached: bool,
 }
 
-/// SQL: the JSON text of [`ReadSubscribers`] — `[key, schema, filters, subscribers]`:
-/// the state of the API key `key` (0 while it is not revoked, its revocation time once it
-/// is, NULL once deleted), the version of the schema of `event_type` in `space`, how many
-/// of the space's active destinations have a filter, and [`subscribers_json`]. The same
-/// text on both sides of a publish: its checks' read and its guarded write.
+/// SQL: the text of [`ReadSubscribers`] — `[key, schema, filters]` then
+/// [`subscribers_json`], one after the other: the state of the API key `key` (0 while it
+/// is not revoked, its revocation time once it is, NULL once deleted), the version of the
+/// schema of `event_type` in `space`, how many of the space's active destinations have a
+/// filter, then the subscribers. The same text on both sides of a publish whose checks
+/// came from memory: its checks' read and its guarded write ([`guard_sql`]).
 fn checks_json(backend: Backend, space: &str, keys: &str, event_type: &str, key: &str) -> String {
     let key_state = format!("(SELECT COALESCE(revoked_at, 0) FROM api_keys WHERE id = {key})");
     let schema = format!(
@@ -164,12 +165,31 @@ fn checks_json(backend: Backend, space: &str, keys: &str, event_type: &str, key:
     );
     let subscribers = subscribers_json(backend, space, keys);
     match backend {
-        Backend::Sqlite => {
-            format!("json_array({key_state}, {schema}, {filters}, json({subscribers}))")
+        Backend::Sqlite => format!("json_array({key_state}, {schema}, {filters}) || {subscribers}"),
+        Backend::Postgres => {
+            format!("json_build_array({key_state}, {schema}, {filters})::text || {subscribers}")
         }
-        Backend::Postgres => format!(
-            "json_build_array({key_state}, {schema}, {filters}, ({subscribers})::json)::text"
+    }
+}
+
+/// SQL: a publish's write goes on only if this is true — the whole [`checks_json`] again
+/// for checks from memory (`key` is then a parameter), only the subscribers' part
+/// ([`subscribers_json`]) for checks read for this publish, which were read a moment ago
+/// and whose fan-out is all the write needs to be sure of. `from_memory`: the event type
+/// and the key's parameters; `read`: the one holding what [`ReadSubscribers::guarded`]
+/// gives.
+fn guard_sql(
+    backend: Backend,
+    (space, keys): (&str, &str),
+    from_memory: Option<(&str, &str)>,
+    read: &str,
+) -> String {
+    match from_memory {
+        Some((event_type, key)) => format!(
+            "{} = {read}",
+            checks_json(backend, space, keys, event_type, key)
         ),
+        None => format!("{} = {read}", subscribers_json(backend, space, keys)),
     }
 }
 
@@ -297,9 +317,37 @@ impl ReadSubscribers {
         self.cached
     }
 
+    /// The text's two parts: `[key, schema, filters]` and the subscribers.
+    fn parts(&self) -> Result<(&str, &str)> {
+        // The first part is an array of numbers and NULLs: it ends at its first `]`.
+        let end = self.text.find(']').map_or(0, |i| i + 1);
+        match self.text.split_at(end) {
+            ("", _) => Err(StorageError::Corrupt(
+                "the checks read: no first part".into(),
+            )),
+            parts => Ok(parts),
+        }
+    }
+
+    /// What the write compares ([`guard_sql`]): the whole text for checks from memory, the
+    /// subscribers' part for checks read for this publish.
+    fn guarded(&self) -> Result<&str> {
+        match self.cached {
+            true => Ok(&self.text),
+            false => Ok(self.parts()?.1),
+        }
+    }
+
     fn parsed(&self) -> Result<CheckedText> {
-        serde_json::from_str(&self.text)
-            .map_err(|e| StorageError::Corrupt(format!("the subscribers read: {e}")))
+        let corrupt = |e: serde_json::Error| StorageError::Corrupt(format!("the checks read: {e}"));
+        let (first, subscribers) = self.parts()?;
+        let (key, schema, filters) = serde_json::from_str(first).map_err(corrupt)?;
+        Ok((
+            key,
+            schema,
+            filters,
+            serde_json::from_str(subscribers).map_err(corrupt)?,
+        ))
     }
 
     /// The active and the inactive subscribers of `event_type` among them, as
@@ -1055,18 +1103,22 @@ where
             .claim
             .as_ref()
             .filter(|_| e.deliver_at.is_none() && !targets.is_empty())
-            .and_then(|claim| Some((claim, D::claim_for_event_after(k + 9)?)));
+            .and_then(|claim| {
+                let guard = 8 + usize::from(read.cached);
+                Some((claim, D::claim_for_event_after(k + guard)?))
+            });
+        let (event_type, key) = (n(3), n(9));
+        let from_memory = read.cached.then_some((event_type.as_str(), key.as_str()));
         let event = format!(
             "INSERT INTO events (id, space_id, event_type, payload, created_at, deliver_at) \
-             SELECT {}, {}, {}, {}, {}, {} WHERE {} = {}",
+             SELECT {}, {}, {}, {}, {}, {} WHERE {}",
             n(1),
             n(2),
             n(3),
             n(4),
             n(5),
             n(6),
-            checks_json(D::BACKEND, &n(2), &n(7), &n(3), &n(9)),
-            n(8),
+            guard_sql(D::BACKEND, (&n(2), &n(7)), from_memory, &n(8)),
         );
         let one_statement = D::BACKEND == Backend::Postgres;
         sql = if one_statement {
@@ -1103,8 +1155,10 @@ where
             .bind(e.created_at)
             .bind(e.deliver_at)
             .bind(keys_json(&e.event_type)?)
-            .bind(read.text.clone())
-            .bind(read.key.clone());
+            .bind(read.guarded()?.to_owned());
+        if read.cached {
+            query = query.bind(read.key.clone());
+        }
         if let Some((claim, _)) = &claim {
             let next = ClaimNext {
                 destinations: fan.send.clone(),
@@ -1222,12 +1276,11 @@ where
         }
         let guards: Vec<String> = guarded
             .iter()
-            .map(|_| {
-                let (space, keys, event_type, key, read) = (next(), next(), next(), next(), next());
-                format!(
-                    "{} = {read}",
-                    checks_json(D::BACKEND, &space, &keys, &event_type, &key)
-                )
+            .map(|(_, _, read)| {
+                let (space, keys, value) = (next(), next(), next());
+                let from_memory = read.cached.then(|| (next(), next()));
+                let from_memory = from_memory.as_ref().map(|(t, k)| (t.as_str(), k.as_str()));
+                guard_sql(D::BACKEND, (&space, &keys), from_memory, &value)
             })
             .collect();
         let first = next();
@@ -1274,9 +1327,10 @@ where
             query = query
                 .bind(space.to_string())
                 .bind(keys_json(event_type)?)
-                .bind(event_type.to_string())
-                .bind(read.key.clone())
-                .bind(read.text.clone());
+                .bind(read.guarded()?.to_owned());
+            if read.cached {
+                query = query.bind(event_type.to_string()).bind(read.key.clone());
+            }
         }
         if !one_statement {
             query = query.bind(batch[0].event.id.to_string());
@@ -1693,7 +1747,7 @@ mod tests {
         };
         let text = |key: &str, filters: u32, b_status: &str, b_types: &str| {
             format!(
-                r#"[{key}, 17, {filters}, [["{a}", "active", 1, null], ["{b}", "{b_status}", 2, {b_types}]]]"#
+                r#"[{key}, 17, {filters}][["{a}", "active", 1, null], ["{b}", "{b_status}", 2, {b_types}]]"#
             )
         };
         let kept = |c: &PublishChecks| cacheable(c, "order.paid");
@@ -1720,5 +1774,13 @@ mod tests {
         );
         assert!(!kept(&checks("not json".into())));
         assert!(!kept(&PublishChecks::default()), "nothing read with them");
+
+        // The write compares the whole text for checks from memory, the subscribers' part
+        // for checks read for this publish.
+        let mut read = checks(text("0", 0, "active", "null")).subscribers.unwrap();
+        let subscribers = format!(r#"[["{a}", "active", 1, null], ["{b}", "active", 2, null]]"#);
+        assert_eq!(read.guarded().unwrap(), subscribers);
+        read.cached = true;
+        assert_eq!(read.guarded().unwrap(), format!("[0, 17, 0]{subscribers}"));
     }
 }
