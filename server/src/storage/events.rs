@@ -645,8 +645,18 @@ where
         batch: &[NewEvent],
         now: UnixMs,
     ) -> Result<Vec<Result<Published>>> {
-        // Checks from memory go only the way that checks them again, in the write.
-        if batch.iter().any(checked_from_memory) && !Self::checked_again(batch)? {
+        // The one-round-trip write its checks' read allows, if any: alone (a group of one
+        // without a key) or as a group (none with a key).
+        let alone = match batch {
+            [new] if new.idempotency_key.is_none() => Self::fan_out_as_read(new)?,
+            _ => None,
+        };
+        let group = match batch.len() > 1 {
+            true => Self::group_as_read(batch)?,
+            false => None,
+        };
+        // Checks from memory go only that way, which checks them again in the write.
+        if alone.is_none() && group.is_none() && batch.iter().any(checked_from_memory) {
             return self.refusing_stale(batch, now).await;
         }
         let mut writer = self.writes.writer(Durability::Deferred).await?;
@@ -654,18 +664,14 @@ where
             // A group of one without a key (every publish at low load): one round trip
             // when its subscribers were read with its checks and have not changed since
             // ([`Self::publish_as_read`]); else, on SQLite, two ([`Self::publish_alone`]).
-            if new.idempotency_key.is_none() {
-                if let Some((read, fan)) = Self::fan_out_as_read(new)? {
-                    if let Some(published) =
-                        Self::publish_as_read(writer, new, now, read, fan).await?
-                    {
-                        return Ok(vec![Ok(published)]);
-                    }
-                    if read.cached {
-                        return Ok(vec![Err(StorageError::Stale)]);
-                    }
-                    writer = self.writes.writer(Durability::Deferred).await?;
+            if let Some((read, fan)) = alone {
+                if let Some(published) = Self::publish_as_read(writer, new, now, read, fan).await? {
+                    return Ok(vec![Ok(published)]);
                 }
+                if read.cached {
+                    return Ok(vec![Err(StorageError::Stale)]);
+                }
+                writer = self.writes.writer(Durability::Deferred).await?;
             }
             if new.idempotency_key.is_none() && D::BACKEND == Backend::Sqlite {
                 let published = Self::publish_alone(&mut writer, new, now, None).await?;
@@ -674,21 +680,17 @@ where
                 })]);
             }
         }
-        if batch.len() > 1 {
-            // A group of events without keys whose subscribers were read with their checks
-            // (a flood of REST publishes): one round trip if none changed since (SQLite: a
-            // string of statements; PostgreSQL: one statement).
-            if let Some(fans) = Self::group_as_read(batch)? {
-                if let Some(published) =
-                    Self::publish_group_as_read(writer, batch, fans, now).await?
-                {
-                    return Ok(published.into_iter().map(Ok).collect());
-                }
-                if batch.iter().any(checked_from_memory) {
-                    return self.refusing_stale(batch, now).await;
-                }
-                writer = self.writes.writer(Durability::Deferred).await?;
+        // A group of events without keys whose subscribers were read with their checks (a
+        // flood of REST publishes): one round trip if none changed since (SQLite: a string
+        // of statements; PostgreSQL: one statement).
+        if let Some(fans) = group {
+            if let Some(published) = Self::publish_group_as_read(writer, batch, fans, now).await? {
+                return Ok(published.into_iter().map(Ok).collect());
             }
+            if batch.iter().any(checked_from_memory) {
+                return self.refusing_stale(batch, now).await;
+            }
+            writer = self.writes.writer(Durability::Deferred).await?;
         }
         let mut tx = writer.begin().await?;
         if let [new] = batch {
@@ -764,15 +766,6 @@ where
             answers.push(self.answer_of(new, outcome).await);
         }
         Ok(answers)
-    }
-
-    /// Whether `batch` goes the way that checks its checks again in the write
-    /// ([`Self::publish_as_read`], [`Self::publish_group_as_read`]).
-    fn checked_again(batch: &[NewEvent]) -> Result<bool> {
-        Ok(match batch {
-            [new] => new.idempotency_key.is_none() && Self::fan_out_as_read(new)?.is_some(),
-            _ => Self::group_as_read(batch)?.is_some(),
-        })
     }
 
     /// Refuses each event of `batch` whose checks came from memory as
