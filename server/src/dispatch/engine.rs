@@ -583,6 +583,14 @@ impl Lanes {
         Taken::waited(next, stale)
     }
 
+    /// Whether `destination`'s lane has fewer than `cap` workers.
+    fn has_room(&self, destination: DestinationId, cap: usize) -> bool {
+        self.lock()
+            .lanes
+            .get(&destination)
+            .is_none_or(|lane| lane.workers < cap)
+    }
+
     /// Of `destinations`, those to claim ahead for: their last attempt was fast.
     fn fast(&self, destinations: &[DestinationId]) -> Vec<DestinationId> {
         let inner = self.lock();
@@ -715,8 +723,6 @@ impl Engine {
                 }
                 continue;
             }
-            let margin = self.settings.lease_margin.as_millis() as i64;
-            let limits = self.claim_limits();
             let want = free.min(256);
             let (mut targets, maybe) = self.handle.hints.take(want);
             if !maybe.is_empty() {
@@ -733,10 +739,11 @@ impl Engine {
                 }
             }
             let claimed = if !targets.is_empty() {
-                self.storage
-                    .claim_for(&targets, now, want as i64, margin, &limits)
-                    .await
+                let next = self.claim_next(targets, want);
+                self.storage.claim_for(&next, now).await
             } else if rescan {
+                let margin = self.settings.lease_margin.as_millis() as i64;
+                let limits = self.claim_limits();
                 let claimed = self.storage.claim(now, want as i64, margin, &limits).await;
                 // A full batch may have left more behind: look again straight away.
                 rescan = matches!(&claimed, Ok(c) if c.deliveries.len() + c.held_by_plan as usize == want);
@@ -758,6 +765,11 @@ impl Engine {
                     for work in works(claimed) {
                         // Counted from the claim on, so the next claim's share of retries sees it.
                         let waiting = Waiting::new(work, &self.retries_in_flight);
+                        if !self.lanes.has_room(waiting.destination(), self.cap()) {
+                            // Claimed ahead: it waits in its lane for one of its workers.
+                            self.place(waiting);
+                            continue;
+                        }
                         let Ok(permit) = permits.clone().acquire_owned().await else {
                             break;
                         };
@@ -1009,6 +1021,27 @@ impl Engine {
                 }
             }
         }
+        let next = self.claim_next(destinations, finished.len());
+        match self
+            .storage
+            .finish_and_claim(finished, rule, now_ms(), &next)
+            .await
+        {
+            Ok((effects, claimed)) => self.successors(finished, effects, claimed),
+            Err(_) => {
+                let mut each = Vec::with_capacity(finished.len());
+                for f in finished {
+                    each.push(self.record_alone(f).await);
+                }
+                each
+            }
+        }
+    }
+
+    /// A claim for `destinations`: `limit` deliveries, and a cap's worth more for each of
+    /// them claimed ahead for ([`ClaimNext::ahead`]): those whose last attempt was fast
+    /// ([`Lanes::fast`]), where the backend allows it.
+    fn claim_next(&self, destinations: Vec<DestinationId>, limit: usize) -> ClaimNext {
         let mut ahead = if self.claims_ahead {
             self.lanes.fast(&destinations)
         } else {
@@ -1026,27 +1059,13 @@ impl Engine {
         let spare = free.saturating_sub(self.settings.concurrency / 2);
         let depth = self.cap() * (crate::storage::AHEAD_CAPS as usize - 1);
         ahead.truncate(spare / depth);
-        let limit = finished.len() + ahead.len() * depth;
-        let next = ClaimNext {
+        let limit = limit + ahead.len() * depth;
+        ClaimNext {
             destinations,
             ahead,
             limit: limit as i64,
             lease_margin_ms: self.settings.lease_margin.as_millis() as i64,
             limits: self.claim_limits(),
-        };
-        match self
-            .storage
-            .finish_and_claim(finished, rule, now_ms(), &next)
-            .await
-        {
-            Ok((effects, claimed)) => self.successors(finished, effects, claimed),
-            Err(_) => {
-                let mut each = Vec::with_capacity(finished.len());
-                for f in finished {
-                    each.push(self.record_alone(f).await);
-                }
-                each
-            }
         }
     }
 

@@ -389,16 +389,16 @@ impl Default for ClaimLimits {
 /// commits (a flood to one destination, +10 %).
 pub const AHEAD_CAPS: i64 = 3;
 
-/// What a group of finished attempts claims next, in its own transaction where the
-/// backend can ([`DispatchQueue::finish_and_claim`]): up to `limit` due deliveries of
-/// `destinations`, as [`DispatchQueue::claim_for`] with these arguments.
+/// A claim for named destinations ([`DispatchQueue::claim_for`]), also what a group of
+/// finished attempts claims next, in its own transaction where the backend can
+/// ([`DispatchQueue::finish_and_claim`]): up to `limit` due deliveries of `destinations`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimNext {
     pub destinations: Vec<DestinationId>,
     /// Those of `destinations` this process may claim ahead for: up to [`AHEAD_CAPS`]
     /// times the in-flight cap in `sending`, the cap itself held in memory by the engine
-    /// (docs §2.5). Only a backend that one process alone runs
-    /// ([`DispatchQueue::claims_ahead`]) honours it.
+    /// (docs §2.5); on PostgreSQL only while every delivery in flight to the destination
+    /// is this instance's (`claimed_by`), so the cap holds across instances.
     pub ahead: Vec<DestinationId>,
     pub limit: i64,
     pub lease_margin_ms: i64,

@@ -7,7 +7,7 @@ use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOn
 use super::reads::{Reads, PING_AFTER_IDLE};
 use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
-use super::{Backend, ClaimLimits, Claimed, RawPool, Result, StorageError};
+use super::{Backend, ClaimLimits, ClaimNext, Claimed, RawPool, Result, StorageError, AHEAD_CAPS};
 use crate::domain::*;
 
 /// When a connection plans its claims afresh ([`Postgres::begin_claim`]): a second after
@@ -73,27 +73,25 @@ impl Dialect for Postgres {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
+        claimer: &str,
     ) -> Result<Claimed> {
         let mut tx = Self::begin_claim(&mut writer).await?;
-        let batch = Self::claim_all_in(&mut tx, now, limit, lease_margin_ms, limits).await?;
+        let batch =
+            Self::claim_all_in(&mut tx, now, limit, lease_margin_ms, limits, claimer).await?;
         let claimed = Self::end_claim(tx, batch, limits, now).await?;
         Ok(Self::with_destinations_after(writer, claimed).await)
     }
 
     async fn claim_for(
         mut writer: Writer<'_, sqlx::Postgres>,
-        destinations: &[DestinationId],
+        next: &ClaimNext,
         now: UnixMs,
-        limit: i64,
-        lease_margin_ms: i64,
-        limits: &ClaimLimits,
+        claimer: &str,
     ) -> Result<Claimed> {
         let mut tx = Self::begin_claim(&mut writer).await?;
-        let mut batch =
-            Self::claim_named_in(&mut tx, destinations, now, limit, lease_margin_ms, limits)
-                .await?;
+        let mut batch = Self::claim_named_in(&mut tx, next, now, claimer).await?;
         batch.sort_by_key(|c| (c.delivery.next_attempt_at, c.delivery.id));
-        let claimed = Self::end_claim(tx, batch, limits, now).await?;
+        let claimed = Self::end_claim(tx, batch, &next.limits, now).await?;
         Ok(Self::with_destinations_after(writer, claimed).await)
     }
 
@@ -190,13 +188,15 @@ impl Postgres {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
+        claimer: &str,
     ) -> Result<Vec<ClaimedOne>> {
-        let rows = sqlx::query_as::<_, ClaimedRow>(&claim_sql(Self::DUE_INDEX))
+        let rows = sqlx::query_as::<_, ClaimedRow>(&claim_sql(Self::DUE_INDEX, Some("$6")))
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
             .bind(limits.per_destination)
             .bind(limits.retries)
+            .bind(claimer)
             .fetch_all(&mut **tx)
             .await?;
         claimed_from(rows)
@@ -205,21 +205,27 @@ impl Postgres {
     /// One statement for all the destinations (each one's earliest due deliveries through
     /// `LATERAL … LIMIT` its free slots; a FIFO one's head, when it has nothing in flight):
     /// a round trip to the server per destination would cost more than the claim itself.
+    /// A destination of `next.ahead` has [`AHEAD_CAPS`] times the cap while every delivery
+    /// in flight to it is `claimer`'s (`claimed_by`), else the cap: this instance's
+    /// deliveries beyond the cap wait in its memory and another instance claims nothing
+    /// for the destination meanwhile (it counts them in flight), so at most the cap are
+    /// sent at once across instances (docs §2.5).
     async fn claim_named_in(
         tx: &mut WriteTx<'_, sqlx::Postgres>,
-        destinations: &[DestinationId],
+        next: &ClaimNext,
         now: UnixMs,
-        limit: i64,
-        lease_margin_ms: i64,
-        limits: &ClaimLimits,
+        claimer: &str,
     ) -> Result<Vec<ClaimedOne>> {
         let sql = format!(
             "WITH targets AS ( \
-               SELECT t.destination_id, t.ord, COALESCE(dst.ordering = 'fifo', FALSE) AS fifo \
-               FROM unnest($1::text[]) WITH ORDINALITY AS t(destination_id, ord) \
+               SELECT t.destination_id, t.ord, t.ahead, \
+                 COALESCE(dst.ordering = 'fifo', FALSE) AS fifo \
+               FROM unnest($1::text[], $8::bool[]) WITH ORDINALITY AS t(destination_id, ahead, ord) \
                LEFT JOIN destinations dst ON dst.id = t.destination_id \
              ), busy AS ( \
-               SELECT destination_id, COUNT(*) AS n FROM deliveries \
+               SELECT destination_id, COUNT(*) AS n, \
+                 COUNT(*) FILTER (WHERE claimed_by IS DISTINCT FROM $9) AS others \
+               FROM deliveries \
                WHERE status = 'sending' AND destination_id = ANY($1::text[]) GROUP BY destination_id \
              ), due AS ( \
                SELECT x.id, x.status, x.next_attempt_at, targets.ord FROM targets \
@@ -230,7 +236,9 @@ impl Postgres {
                    AND status IN ('pending', 'retrying') \
                    AND paused = FALSE AND next_attempt_at <= $2 AND ($3 OR status = 'pending') \
                  ORDER BY next_attempt_at, id \
-                 LIMIT GREATEST($4 - COALESCE(busy.n, 0), 0) \
+                 LIMIT GREATEST( \
+                   CASE WHEN targets.ahead AND COALESCE(busy.others, 0) = 0 THEN $10 ELSE $4 END \
+                   - COALESCE(busy.n, 0), 0) \
                ) x \
                UNION ALL \
                SELECT h.id, h.status, h.next_attempt_at, targets.ord FROM targets \
@@ -240,17 +248,26 @@ impl Postgres {
                  AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
              ){tail}",
             head = fifo_head("targets.destination_id"),
-            tail = claim_for_tail("due"),
+            tail = claim_for_tail("due", Some("$9")),
         );
-        let ids: Vec<String> = destinations.iter().map(|d| d.to_string()).collect();
+        let ids: Vec<String> = next.destinations.iter().map(|d| d.to_string()).collect();
+        let ahead: Vec<bool> = next
+            .destinations
+            .iter()
+            .map(|d| next.ahead.contains(d))
+            .collect();
+        let limits = &next.limits;
         let rows = sqlx::query_as::<_, ClaimedRow>(&sql)
             .bind(&ids)
             .bind(now)
             .bind(limits.retries > 0)
             .bind(limits.per_destination)
             .bind(limits.retries)
-            .bind(limit)
-            .bind(lease_margin_ms)
+            .bind(next.limit)
+            .bind(next.lease_margin_ms)
+            .bind(&ahead)
+            .bind(claimer)
+            .bind(limits.per_destination * AHEAD_CAPS)
             .fetch_all(&mut **tx)
             .await?;
         claimed_from(rows)

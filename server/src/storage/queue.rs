@@ -38,15 +38,16 @@ pub(super) fn fifo_head(destination: &str) -> String {
 /// instance), at most `$5` of them retries, moved to `sending` under a lease.
 /// `$1` now, `$2` limit, `$3` lease margin. Destinations already at their cap are
 /// left out while scanning, so their backlog never hides other destinations' work;
-/// `due_index` names the index to scan where the planner needs telling (SQLite).
+/// `due_index` names the index to scan where the planner needs telling (SQLite);
+/// `by`, the parameter naming the claiming instance ([`claim_update`]).
 /// FIFO destinations (docs D12) are stepped over by the scan like those at their cap
 /// (one more look-up in the small `fifo` set per row): each one that has nothing in
 /// flight adds its [`fifo_head`], if that is due.
-pub(super) fn claim_sql(due_index: &str) -> String {
+pub(super) fn claim_sql(due_index: &str, by: Option<&str>) -> String {
     format!(
         "{} {}",
         claim_choice(due_index),
-        claim_update("$1", "$3", "SELECT id FROM chosen")
+        claim_update("$1", "$3", "SELECT id FROM chosen", by)
     )
 }
 
@@ -84,10 +85,13 @@ pub(super) fn claim_choice(due_index: &str) -> String {
 }
 
 /// Moves the deliveries `ids` (a subquery) to `sending` at `now` under a lease of their
-/// destination's timeout and `margin` (parameters), returning them as claims do.
-pub(super) fn claim_update(now: &str, margin: &str, ids: &str) -> String {
+/// destination's timeout and `margin` (parameters), returning them as claims do; `by`,
+/// where several instances claim (PostgreSQL), the parameter naming the claiming one
+/// (`claimed_by`: an instance claims ahead only where every delivery in flight is its own).
+pub(super) fn claim_update(now: &str, margin: &str, ids: &str, by: Option<&str>) -> String {
+    let by = by.map_or(String::new(), |by| format!(", claimed_by = {by}"));
     format!(
-        "UPDATE deliveries SET status = 'sending', updated_at = {now}, \
+        "UPDATE deliveries SET status = 'sending', updated_at = {now}{by}, \
            lease_expires_at = {now} + {margin} + 1000 * (SELECT timeout_seconds FROM destinations t \
                                                 WHERE t.id = deliveries.destination_id) \
          WHERE id IN ({ids}) \
@@ -98,12 +102,13 @@ pub(super) fn claim_update(now: &str, margin: &str, ids: &str) -> String {
 /// The end of both dialects' `claim_for` statement, after their `due` candidates (each
 /// destination's, cut to its free slots; `from` names that set): at most `$5` of them
 /// retries, the hinted destinations' order first (`ord`), at most `$6`, moved to
-/// `sending` under a lease of the destination's timeout and `$7` from `$2`, now.
-pub(super) fn claim_for_tail(from: &str) -> String {
+/// `sending` under a lease of the destination's timeout and `$7` from `$2`, now, by the
+/// instance `by` names ([`claim_update`]).
+pub(super) fn claim_for_tail(from: &str, by: Option<&str>) -> String {
     format!(
         "{} {}",
         claim_for_choice(from),
-        claim_update("$2", "$7", "SELECT id FROM chosen")
+        claim_update("$2", "$7", "SELECT id FROM chosen", by)
     )
 }
 
@@ -228,15 +233,10 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
     /// deliveries, up to its free in-flight slots, without looking at the rest of the
     /// queue. The engine calls it for destinations it knows have work (a publish just
     /// fanned out to them, an attempt to them just ended); its cost does not grow with
-    /// the backlog of other destinations.
-    async fn claim_for(
-        &self,
-        destinations: &[DestinationId],
-        now: UnixMs,
-        limit: i64,
-        lease_margin_ms: i64,
-        limits: &ClaimLimits,
-    ) -> Result<Claimed>;
+    /// the backlog of other destinations. `next` names them, the most to take, the lease's
+    /// margin and the limits, and those of them to claim ahead for ([`ClaimNext::ahead`],
+    /// where [`DispatchQueue::claims_ahead`]).
+    async fn claim_for(&self, next: &ClaimNext, now: UnixMs) -> Result<Claimed>;
     /// A rate limit said "not now" to a claimed delivery: give it back without using an
     /// attempt, due at `until`, marked `rate_limited`, with every other due delivery of
     /// the same scope (so they are not claimed only to be refused again).
@@ -290,9 +290,11 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         now: UnixMs,
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)>;
-    /// Whether this process may claim ahead ([`ClaimNext::ahead`]): only when it is the
-    /// one process that runs the database (SQLite), so no other can claim for a
-    /// destination while deliveries claimed here wait in memory for a slot (docs §2.5).
+    /// Whether this process may claim ahead ([`ClaimNext::ahead`]): where no other can
+    /// claim for a destination while deliveries claimed here wait in memory for a slot
+    /// (SQLite: one process runs the database), or where a claim ahead takes more than the
+    /// cap only while every delivery in flight to the destination is this instance's own
+    /// (PostgreSQL: `claimed_by`), so the cap holds across instances (docs §2.5).
     fn claims_ahead(&self) -> bool {
         false
     }
@@ -344,19 +346,12 @@ where
         limits: &ClaimLimits,
     ) -> Result<Claimed> {
         let writer = self.writes.writer(Durability::Engine).await?;
-        D::claim(writer, now, limit, lease_margin_ms, limits).await
+        D::claim(writer, now, limit, lease_margin_ms, limits, &self.claimer).await
     }
 
-    async fn claim_for(
-        &self,
-        destinations: &[DestinationId],
-        now: UnixMs,
-        limit: i64,
-        lease_margin_ms: i64,
-        limits: &ClaimLimits,
-    ) -> Result<Claimed> {
+    async fn claim_for(&self, next: &ClaimNext, now: UnixMs) -> Result<Claimed> {
         let writer = self.writes.writer(Durability::Engine).await?;
-        D::claim_for(writer, destinations, now, limit, lease_margin_ms, limits).await
+        D::claim_for(writer, next, now, &self.claimer).await
     }
 
     async fn defer_rate_limited(
@@ -488,7 +483,7 @@ where
     }
 
     fn claims_ahead(&self) -> bool {
-        D::BACKEND == super::Backend::Sqlite
+        true
     }
 
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {

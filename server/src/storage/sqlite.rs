@@ -132,6 +132,7 @@ impl Dialect for Sqlite {
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
+        _claimer: &str,
     ) -> Result<Claimed> {
         // The slots are dated when the write lock is held, not when it was asked for.
         let now = now.max(crate::clock::now_ms());
@@ -169,22 +170,13 @@ impl Dialect for Sqlite {
     /// (a loop of three statements per destination once cost more than the claim itself).
     async fn claim_for(
         writer: Writer<'_, sqlx::Sqlite>,
-        destinations: &[DestinationId],
+        next: &ClaimNext,
         now: UnixMs,
-        limit: i64,
-        lease_margin_ms: i64,
-        limits: &ClaimLimits,
+        _claimer: &str,
     ) -> Result<Claimed> {
         let now = now.max(crate::clock::now_ms());
         let sql = format!("BEGIN IMMEDIATE; {}", claim_for_batch());
-        let next = ClaimNext {
-            destinations: destinations.to_vec(),
-            ahead: Vec::new(),
-            limit,
-            lease_margin_ms,
-            limits: *limits,
-        };
-        let query = bind_claim_for(sqlx::query(&sql), &next, now)?;
+        let query = bind_claim_for(sqlx::query(&sql), next, now)?;
         let results = writer.run_transaction_batch(query).await?;
         claimed_by_batch(&results, 0)
     }
@@ -422,7 +414,8 @@ fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
         claimed = claim_update(
             now,
             margin,
-            "SELECT id FROM temp.claim_batch WHERE allowed IS NULL OR n <= allowed"
+            "SELECT id FROM temp.claim_batch WHERE allowed IS NULL OR n <= allowed",
+            None
         ),
     )
 }

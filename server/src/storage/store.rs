@@ -43,7 +43,7 @@ use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool,
 use super::reads::Reads;
 use super::write::{Durability, WriteTx, Writer, Writes};
 use super::{Backend, ClaimLimits, Page, RawPool, Result, StorageError};
-use crate::domain::{DestinationId, UnixMs};
+use crate::domain::UnixMs;
 
 /// What differs between SQLite and PostgreSQL; everything else is [`Store`]'s shared SQL.
 pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
@@ -64,23 +64,23 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
 
     /// [`super::DispatchQueue::claim`] on `writer`, in one transaction: the deliveries
     /// claimed (claims take turns across instances, so the in-flight counts they read are
-    /// exact), the plan limit applied to them and their destinations read.
+    /// exact) by the instance `claimer` ([`Store::claimer`]), the plan limit applied to
+    /// them and their destinations read.
     fn claim(
         writer: Writer<'_, Self::DB>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
         limits: &ClaimLimits,
+        claimer: &str,
     ) -> impl Future<Output = Result<super::Claimed>> + Send;
 
     /// [`super::DispatchQueue::claim_for`] on `writer`, as [`Dialect::claim`].
     fn claim_for(
         writer: Writer<'_, Self::DB>,
-        destinations: &[DestinationId],
+        next: &super::ClaimNext,
         now: UnixMs,
-        limit: i64,
-        lease_margin_ms: i64,
-        limits: &ClaimLimits,
+        claimer: &str,
     ) -> impl Future<Output = Result<super::Claimed>> + Send;
 
     /// Whether [`Dialect::finish_and_claim`] is there: a group of finished attempts and a
@@ -198,6 +198,9 @@ pub struct Store<D: Dialect> {
     /// REST publishes' checks kept in memory, checked again by each write that uses them
     /// ([`super::events::ChecksCache`]).
     pub(super) checks: super::events::ChecksCache,
+    /// This instance among those sharing the database, as its claims name it
+    /// (`claimed_by`, PostgreSQL): a random ID, new with each store.
+    pub(super) claimer: String,
     dialect: PhantomData<D>,
 }
 
@@ -213,6 +216,7 @@ impl<D: Dialect> Store<D> {
             engine_read,
             writes,
             checks: Default::default(),
+            claimer: ulid::Ulid::new().to_string(),
             dialect: PhantomData,
         }
     }

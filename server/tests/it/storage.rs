@@ -743,7 +743,7 @@ on_both_backends! {
         assert_eq!((first.deliveries.len(), first.held_by_plan), (3, 0));
         assert_eq!(taken_and_counted(&db, &key).await, (Some(3), 3));
         // One slot left of four: one claimed, the two others held back.
-        let second = store.claim_for(&[d.id], now + 1, 100, 60_000, &limits).await.unwrap();
+        let second = store.claim_for(&named(&[d.id], 100, limits), now + 1).await.unwrap();
         assert_eq!((second.deliveries.len(), second.held_by_plan), (1, 2));
         assert_eq!(taken_and_counted(&db, &key).await, (Some(4), 4));
         // A window later the four old slots go and the two held back take theirs.
@@ -811,9 +811,62 @@ on_both_backends! {
             assert!(store.get_event(s.id, e.event.id).await.is_ok());
         }
         let limits = server::storage::ClaimLimits { per_destination: 100, retries: i64::MAX, plans: None };
-        let due = store.claim_for(&[a.id, c.id], NOW + 1, 100, 60_000, &limits).await.unwrap();
+        let due = store.claim_for(&named(&[a.id, c.id], 100, limits), NOW + 1).await.unwrap();
         let to = |d: DestinationId| due.deliveries.iter().filter(|x| x.destination_id == d).count();
         assert_eq!((to(a.id), to(c.id)), (5, 1));
+    }
+}
+
+/// A claim for the named destinations, none claimed ahead.
+fn named(
+    destinations: &[DestinationId],
+    limit: i64,
+    limits: server::storage::ClaimLimits,
+) -> server::storage::ClaimNext {
+    server::storage::ClaimNext {
+        destinations: destinations.to_vec(),
+        ahead: Vec::new(),
+        limit,
+        lease_margin_ms: 60_000,
+        limits,
+    }
+}
+
+on_both_backends! {
+    /// A claim for a destination named ahead (`ClaimNext::ahead`) takes up to three times
+    /// its cap in `sending` (`AHEAD_CAPS`). On PostgreSQL, only while every delivery in
+    /// flight to it is the claiming instance's own: another instance then claims nothing
+    /// for it, and once both hold some, neither claims past the cap.
+    async fn a_claim_ahead_takes_three_caps_only_while_all_in_flight_is_its_own(db) {
+        use server::storage::{ClaimLimits, ClaimNext};
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Free).await;
+        let d = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&d, None).await.unwrap();
+        for _ in 0..30 {
+            store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
+        }
+        let limits = ClaimLimits { per_destination: 4, retries: i64::MAX, plans: None };
+        let ahead = ClaimNext { ahead: vec![d.id], ..named(&[d.id], 100, limits) };
+        let now = server::clock::now_ms();
+        assert!(store.claims_ahead());
+        let mine = store.claim_for(&ahead, now).await.unwrap().deliveries;
+        assert_eq!(mine.len(), 12, "three caps of four");
+        assert!(store.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "at three caps");
+        if db.url.starts_with("sqlite") {
+            return;
+        }
+        let other = server::storage::testing::connect(&db.url).await.unwrap();
+        assert!(other.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "twelve in flight: nothing for another instance");
+        // Ten of the twelve recorded: two of this instance's in flight.
+        let rule = AutoDisable { after: i64::MAX, warn_at: Vec::new() };
+        store.finish_attempts(&succeeded(&mine[..10]), &rule, now).await.unwrap();
+        let theirs = other.claim_for(&ahead, now).await.unwrap().deliveries;
+        assert_eq!(theirs.len(), 2, "another's in flight: the cap, not three");
+        assert!(store.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "four in flight, two another's");
+        // The other instance's recorded: this one's own again, three caps.
+        other.finish_attempts(&succeeded(&theirs), &rule, now).await.unwrap();
+        assert_eq!(store.claim_for(&ahead, now).await.unwrap().deliveries.len(), 10);
     }
 }
 
@@ -842,7 +895,7 @@ on_both_backends! {
         }
         let limits = ClaimLimits { per_destination: 2, retries: i64::MAX, plans: None };
         let now = server::clock::now_ms();
-        let by_name = store.claim_for(&[a.id], now, 100, 60_000, &limits).await.unwrap();
+        let by_name = store.claim_for(&named(&[a.id], 100, limits), now).await.unwrap();
         assert_eq!(by_name.deliveries.len(), 2, "a's cap of two");
         assert_eq!(by_name.destinations.len(), 1);
         assert_eq!(by_name.destinations[&a.id].url, a.url);
@@ -877,7 +930,7 @@ on_both_backends! {
         }
         let limits = ClaimLimits { per_destination: 2, retries: i64::MAX, plans: None };
         let now = server::clock::now_ms();
-        let first = store.claim_for(&[busy.id], now, 100, 60_000, &limits).await.unwrap().deliveries;
+        let first = store.claim_for(&named(&[busy.id], 100, limits), now).await.unwrap().deliveries;
         assert_eq!(first.len(), 2);
         let claim = |limit: i64, per_destination: i64| Some(ClaimNext {
             destinations: Vec::new(),
@@ -905,7 +958,7 @@ on_both_backends! {
         assert!(claimed.destinations.contains_key(&free.id));
         assert!(claimed.deliveries.iter().all(|d| claimed.events.contains_key(&d.id)));
         // The claim is on disk: both destinations are at their cap.
-        let again = store.claim_for(&[busy.id, free.id], now, 100, 60_000, &limits).await.unwrap().deliveries;
+        let again = store.claim_for(&named(&[busy.id, free.id], 100, limits), now).await.unwrap().deliveries;
         assert!(again.is_empty(), "both destinations are at their cap: {again:?}");
         // The claim's limit holds: a limit of one claims one, of the four now waiting.
         let mut one = event(s.id, "message.created");
@@ -1179,7 +1232,7 @@ on_both_backends! {
             assert_eq!(events, expected);
         }
         // Nothing was left half-written: one event each, and nothing else is due.
-        let nothing = store.claim_for(&[a.id, b.id, c.id, elsewhere.id], now, 100, 60_000, &limits).await.unwrap();
+        let nothing = store.claim_for(&named(&[a.id, b.id, c.id, elsewhere.id], 100, limits), now).await.unwrap();
         if db.url.starts_with("sqlite") {
             assert!(nothing.deliveries.is_empty(), "{nothing:?}");
         }
