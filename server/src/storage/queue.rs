@@ -431,7 +431,10 @@ where
     ) -> Result<FinishEffects> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
         if D::BACKEND == Backend::Postgres && Self::finishes_at_once(f) {
-            return Self::finish_alone(writer, f, now).await;
+            let mut effects = Self::finish_statements(writer, std::slice::from_ref(f), now).await?;
+            return effects.pop().ok_or_else(|| {
+                StorageError::Internal("an attempt's record answered nothing".into())
+            });
         }
         let mut tx = writer.begin().await?;
         let effects = Self::finish_in(&mut tx, f, rule, now).await?;
@@ -451,10 +454,8 @@ where
         if D::BACKEND == Backend::Sqlite && batch.iter().all(Self::finishes_at_once) {
             return Self::finish_all_at_once(writer, batch, now).await;
         }
-        if let [f] = batch {
-            if D::BACKEND == Backend::Postgres && Self::finishes_at_once(f) {
-                return Ok(vec![Self::finish_alone(writer, f, now).await?]);
-            }
+        if D::BACKEND == Backend::Postgres && batch.iter().all(Self::finishes_at_once) {
+            return Self::finish_statements(writer, batch, now).await;
         }
         let mut writer = writer;
         let mut tx = writer.begin().await?;
@@ -947,31 +948,49 @@ where
         })
     }
 
-    /// An attempt that [finishes at once](Self::finishes_at_once), recorded alone on
-    /// PostgreSQL: its one statement ([`finish_statement`]) is its own transaction, one
-    /// round trip instead of three with `BEGIN` and `COMMIT` (every record at low load).
-    async fn finish_alone(
-        writer: super::write::Writer<'_, D::DB>,
-        f: &FinishedAttempt,
+    /// Attempts that all [finish at once](Self::finishes_at_once), recorded on PostgreSQL
+    /// [`FINISH_CHUNK`] to a statement ([`finish_statement`]): up to that many, the one
+    /// statement is its own transaction, one round trip instead of one statement each
+    /// between `BEGIN` and `COMMIT` (every record at low load is one; in a flood, a group
+    /// of five was seven round trips); more, their statements between `BEGIN` and `COMMIT`.
+    async fn finish_statements(
+        mut writer: super::write::Writer<'_, D::DB>,
+        batch: &[FinishedAttempt],
         now: UnixMs,
-    ) -> Result<FinishEffects> {
-        let sql = finish_statement();
-        let results = writer
-            .run_transaction_batch(Self::finish_batches_query(
-                &sql,
-                std::slice::from_ref(f),
-                now,
-            ))
+    ) -> Result<Vec<FinishEffects>> {
+        if batch.len() <= FINISH_CHUNK {
+            let sql = finish_statement(batch.len());
+            let results = writer
+                .run_transaction_batch(Self::finish_batches_query(&sql, batch, now))
+                .await?;
+            let row = results
+                .iter()
+                .find_map(|step| step.as_ref().right())
+                .ok_or_else(|| {
+                    StorageError::Internal("an attempts' record answered no row".into())
+                })?;
+            return finish_statement_effects(row, batch.len());
+        }
+        let mut tx = writer.begin().await?;
+        let mut effects = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(FINISH_CHUNK) {
+            effects.extend(Self::finish_statement_in(&mut tx, chunk, now).await?);
+        }
+        tx.commit().await?;
+        Ok(effects)
+    }
+
+    /// [`finish_statement`] for `batch` inside `tx` (PostgreSQL).
+    async fn finish_statement_in(
+        tx: &mut WriteTx<'_, D::DB>,
+        batch: &[FinishedAttempt],
+        now: UnixMs,
+    ) -> Result<Vec<FinishEffects>> {
+        let sql = finish_statement(batch.len());
+        let row = Self::finish_batches_query(&sql, batch, now)
+            .fetch_one(&mut **tx)
             .await?;
-        let row = results
-            .iter()
-            .find_map(|step| step.as_ref().right())
-            .ok_or_else(|| StorageError::Internal("an attempt's record answered no row".into()))?;
-        Ok(FinishEffects {
-            applied: sqlx::Row::try_get::<bool, _>(row, 0)?,
-            more_due: Some(sqlx::Row::try_get::<bool, _>(row, 1)?),
-            ..Default::default()
-        })
+        finish_statement_effects(&row, batch.len())
     }
 
     /// [`Self::finish_in`] of an attempt that finishes at once, inside `tx`.
@@ -983,14 +1002,9 @@ where
         use futures_util::TryStreamExt as _;
         let one = std::slice::from_ref(f);
         if D::BACKEND == Backend::Postgres {
-            let sql = finish_statement();
-            let row = Self::finish_batches_query(&sql, one, now)
-                .fetch_one(&mut **tx)
-                .await?;
-            return Ok(FinishEffects {
-                applied: sqlx::Row::try_get::<bool, _>(&row, 0)?,
-                more_due: Some(sqlx::Row::try_get::<bool, _>(&row, 1)?),
-                ..Default::default()
+            let mut effects = Self::finish_statement_in(tx, one, now).await?;
+            return effects.pop().ok_or_else(|| {
+                StorageError::Internal("an attempt's record answered nothing".into())
             });
         }
         let batch = Self::finish_batch();
@@ -1288,14 +1302,18 @@ const ATTEMPT_COLUMNS: &str =
     request_url, request_headers, request_body, response_status, response_headers, response_body, \
     error_class, error_message";
 
-/// [`Store::finish_batch`] as one statement, for PostgreSQL (which runs one statement with
-/// parameters at a time): the steps are data-modifying CTEs, each going on only if the
-/// delivery's update returned its row (`done`). The CTEs all see the database as the
-/// statement found it, so whether more is due counts the others waiting and this one if
-/// it is due again already (`$3`, its next attempt, by `$6`, now).
-fn finish_statement() -> String {
-    format!(
-        "WITH done AS ({update}), \
+/// [`Store::finish_batch`] as one statement for `n` attempts, for PostgreSQL (which runs
+/// one statement with parameters at a time): each attempt's steps are data-modifying
+/// CTEs (`done0`, `attempt0`, `streak0`, then `done1`…, its parameters numbered after
+/// the attempts' before it, [`renumbered`]), each going on only if its delivery's update
+/// returned its row. Its one row answers two columns an attempt: whether it was applied,
+/// whether its destination has more due. The CTEs all see the database as the statement
+/// found it, so whether more is due counts the others waiting and this one if it is due
+/// again already (`$3`, its next attempt, by `$6`, now). Two attempts to one destination
+/// that both end its dead-letter streak update its row once (the other finds it done).
+fn finish_statement(n: usize) -> String {
+    let one_ctes = format!(
+        "done AS ({update}), \
          attempt AS ( \
            INSERT INTO attempts ({ATTEMPT_COLUMNS}) \
            SELECT $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25 \
@@ -1303,13 +1321,42 @@ fn finish_statement() -> String {
          ), streak AS ( \
            UPDATE destinations SET consecutive_dead_letters = 0 \
            WHERE $27 AND id = $26 AND consecutive_dead_letters <> 0 AND EXISTS (SELECT 1 FROM done) \
-         ) \
-         SELECT EXISTS (SELECT 1 FROM done), \
+         )",
+        update = finish_update_sql()
+    );
+    let one_answer = "EXISTS (SELECT 1 FROM done), \
            EXISTS (SELECT 1 FROM deliveries WHERE destination_id = $26 AND id <> $8 \
                    AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at <= $6) \
-           OR COALESCE($3 <= $6 AND EXISTS (SELECT 1 FROM done), FALSE)",
-        update = finish_update_sql()
-    )
+           OR COALESCE($3 <= $6 AND EXISTS (SELECT 1 FROM done), FALSE)";
+    let nth = |text: &str, k: usize| {
+        let named = ["done", "attempt", "streak"]
+            .iter()
+            .fold(text.to_string(), |t, name| {
+                t.replace(&format!("{name} AS"), &format!("{name}{k} AS"))
+                    .replace(&format!("FROM {name})"), &format!("FROM {name}{k})"))
+            });
+        renumbered(&named, k * FINISH_PARAMETERS)
+    };
+    let ctes: Vec<String> = (0..n).map(|k| nth(&one_ctes, k)).collect();
+    let answers: Vec<String> = (0..n).map(|k| nth(one_answer, k)).collect();
+    format!("WITH {} SELECT {}", ctes.join(", "), answers.join(", "))
+}
+
+/// What a [`finish_statement`] for `n` attempts answered in its row: each one's effects.
+fn finish_statement_effects<R: sqlx::Row>(row: &R, n: usize) -> Result<Vec<FinishEffects>>
+where
+    usize: ColumnIndex<R>,
+    for<'r> bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    (0..n)
+        .map(|k| {
+            Ok(FinishEffects {
+                applied: row.try_get::<bool, _>(2 * k)?,
+                more_due: Some(row.try_get::<bool, _>(2 * k + 1)?),
+                ..Default::default()
+            })
+        })
+        .collect()
 }
 
 /// The most finished attempts written by one string of statements ([`Store::finish_all_at_once`]).
@@ -1412,7 +1459,7 @@ fn finish_update_sql() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{renumbered, slot_frees_in};
+    use super::{finish_statement, renumbered, slot_frees_in, FINISH_PARAMETERS};
 
     #[test]
     fn a_slot_frees_when_the_oldest_leaves_the_window_and_none_is_awaited_when_all_were_granted() {
@@ -1431,5 +1478,38 @@ mod tests {
         );
         assert_eq!(renumbered("SELECT $1", 0), "SELECT $1");
         assert_eq!(renumbered("no parameters", 5), "no parameters");
+    }
+
+    #[test]
+    fn a_finish_statement_for_several_attempts_gives_each_its_own_steps_and_parameters() {
+        let params = |sql: &str| -> std::collections::BTreeSet<usize> {
+            sql.split('$')
+                .skip(1)
+                .filter_map(|p| p.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+                .collect()
+        };
+        let one = finish_statement(1);
+        assert_eq!(params(&one), (1..=FINISH_PARAMETERS).collect());
+        let three = finish_statement(3);
+        assert_eq!(params(&three), (1..=3 * FINISH_PARAMETERS).collect());
+        for k in 0..3 {
+            for step in ["done", "attempt", "streak"] {
+                assert_eq!(
+                    three.matches(&format!("{step}{k} AS (")).count(),
+                    1,
+                    "{step}{k}"
+                );
+            }
+            // The attempt and the streak, and the answer, go on from its own update.
+            assert_eq!(
+                three.matches(&format!("FROM done{k})")).count(),
+                4,
+                "done{k}"
+            );
+        }
+        for unnamed in ["done AS", "FROM done)", "attempt AS", "streak AS"] {
+            assert!(!three.contains(unnamed), "{unnamed}");
+        }
+        assert!(three.starts_with("WITH done0 AS (UPDATE deliveries"));
     }
 }
