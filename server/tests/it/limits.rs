@@ -144,6 +144,20 @@ on_both_backends! {
 /// Two instances (each with its own engine and connection pool) on one PostgreSQL database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
+    two_instances_share_the_work(Duration::from_millis(5)).await;
+}
+
+/// The same with a receiver that answers at once: both instances claim ahead (more than
+/// the cap, waiting in memory), each only while every delivery in flight is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_claiming_ahead_for_a_fast_destination_hold_its_cap_together() {
+    two_instances_share_the_work(Duration::ZERO).await;
+}
+
+/// 2,000 events published through two instances to one destination whose receiver
+/// answers after `reply_after`: every one delivered, none in flight twice, at most five
+/// in flight at once across both.
+async fn two_instances_share_the_work(reply_after: Duration) {
     let Some(db) = server::testkit::fresh_db(server::testkit::Db::Postgres).await else {
         return;
     };
@@ -158,12 +172,14 @@ async fn two_instances_share_the_work_without_sending_anything_twice_at_once() {
     two.api_key = one.api_key.clone();
     two.space = one.space.clone();
     let rx = Receiver::start().await;
-    rx.set_default(Reply::status(200).after(Duration::from_millis(5)));
+    rx.set_default(Reply::status(200).after(reply_after));
     let dst = one.destination(json!({"url": rx.url("/")})).await;
     let _ = dst;
     let mut tasks = Vec::new();
     for chunk in 0..8 {
-        let (url, key) = (one.api("/events"), one.api_key.clone().unwrap());
+        // Half through each instance: each one's engine is told of work and claims.
+        let through = if chunk % 2 == 0 { &one } else { &two };
+        let (url, key) = (through.api("/events"), one.api_key.clone().unwrap());
         tasks.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             for i in 0..250 {
