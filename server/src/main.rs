@@ -1,5 +1,9 @@
 //! The `partyflow` binary; everything lives in the library.
 
+/// mimalloc, not the system's allocator: see `docs/7-storage.md`, "The allocator".
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     server::cli::main()
 }

@@ -7,6 +7,10 @@
 //! loopback limit (the same receiver driven by the same client without the
 //! server in between) with the ratio. Run it with `./dev bench`.
 
+/// The server's allocator (`src/main.rs`), so the in-process figures are the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
