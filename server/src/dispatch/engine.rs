@@ -290,8 +290,9 @@ pub struct Engine {
     metrics: crate::metrics::Dispatch,
     /// Each destination's workers and the deliveries claimed ahead for it.
     lanes: Lanes,
-    /// Whether records claim ahead for fast destinations ([`DispatchQueue::claims_ahead`]).
-    claims_ahead: bool,
+    /// How far claims go ahead for fast destinations, if at all
+    /// ([`DispatchQueue::claims_ahead`]).
+    claims_ahead: Option<crate::storage::Ahead>,
 }
 
 type FinishRequest = (FinishedAttempt, Reply);
@@ -377,11 +378,14 @@ impl Waiting {
 /// claim must be used within the rate window's margin ([`RATE_MARGIN_MS`]).
 const AHEAD_WAITS_AT_MOST: Duration = Duration::from_millis(10);
 
-/// A destination is claimed ahead for only while its attempts take less than this (ms),
-/// so that what is claimed ahead goes out well within [`AHEAD_WAITS_AT_MOST`]: each
-/// waits for at most two attempts of each of its lane's workers
-/// ([`AHEAD_CAPS`](crate::storage::AHEAD_CAPS) less the cap in flight).
-const FAST_ATTEMPT_MS: i64 = 3;
+// A destination is claimed ahead for only while its attempts take less than its backend's
+// `Ahead::fast_attempt_ms`, so that what is claimed ahead goes out well within
+// [`AHEAD_WAITS_AT_MOST`].
+const _: () = {
+    let most = AHEAD_WAITS_AT_MOST.as_millis() as i64;
+    assert!(crate::storage::SQLITE_AHEAD.waits_at_most_ms() < most);
+    assert!(crate::storage::POSTGRES_AHEAD.waits_at_most_ms() < most);
+};
 
 /// A destination's attempts in this process (docs §2.5): the workers serving it (each
 /// makes one attempt at a time, and there are never more than the in-flight cap), and
@@ -390,7 +394,7 @@ const FAST_ATTEMPT_MS: i64 = 3;
 struct Lane {
     workers: usize,
     waiting: std::collections::VecDeque<Waiting>,
-    /// Whether its last attempt took less than [`FAST_ATTEMPT_MS`].
+    /// Whether its last attempt took less than its backend's `Ahead::fast_attempt_ms`.
     fast: bool,
 }
 
@@ -524,7 +528,7 @@ impl Lanes {
     }
 
     /// A worker of `destination` ended an attempt (which took less than
-    /// [`FAST_ATTEMPT_MS`] when `fast`): the waiting delivery it goes on with, if it `may`.
+    /// `Ahead::fast_attempt_ms` when `fast`): the waiting delivery it goes on with, if it `may`.
     fn next_of(&self, destination: DestinationId, fast: bool, may: bool) -> Taken {
         let mut inner = self.lock();
         if let Some(lane) = inner.lanes.get_mut(&destination) {
@@ -1042,7 +1046,11 @@ impl Engine {
     /// them claimed ahead for ([`ClaimNext::ahead`]): those whose last attempt was fast
     /// ([`Lanes::fast`]), where the backend allows it.
     fn claim_next(&self, destinations: Vec<DestinationId>, limit: usize) -> ClaimNext {
-        let mut ahead = if self.claims_ahead {
+        // How many more than the cap each destination claimed ahead for may take.
+        let depth = self
+            .claims_ahead
+            .map_or(0, |rule| self.cap() * (rule.caps.max(1) as usize - 1));
+        let mut ahead = if depth > 0 {
             self.lanes.fast(&destinations)
         } else {
             Vec::new()
@@ -1057,8 +1065,7 @@ impl Engine {
             .get()
             .map_or(0, |s| s.permits.available_permits());
         let spare = free.saturating_sub(self.settings.concurrency / 2);
-        let depth = self.cap() * (crate::storage::AHEAD_CAPS as usize - 1);
-        ahead.truncate(spare / depth);
+        ahead.truncate(spare.checked_div(depth).unwrap_or(0));
         let limit = limit + ahead.len() * depth;
         ClaimNext {
             destinations,
@@ -1452,7 +1459,9 @@ impl Engine {
         drop(retry);
         // A delivery claimed ahead for this destination goes now, while this one's record is
         // written by the committing task.
-        let fast = settling.duration_ms < FAST_ATTEMPT_MS;
+        let fast = self
+            .claims_ahead
+            .is_some_and(|rule| settling.duration_ms < rule.fast_attempt_ms);
         // Only with a permit free for the record (see [`Detached`]).
         let permit = match self.handle.starter.get() {
             Some(starter) if !self.stopping.load(Ordering::Relaxed) => {

@@ -7,7 +7,7 @@ use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOn
 use super::reads::{Reads, PING_AFTER_IDLE};
 use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
-use super::{Backend, ClaimLimits, ClaimNext, Claimed, RawPool, Result, StorageError, AHEAD_CAPS};
+use super::{Backend, ClaimLimits, ClaimNext, Claimed, RawPool, Result, StorageError};
 use crate::domain::*;
 
 /// When a connection plans its claims afresh ([`Postgres::begin_claim`]): a second after
@@ -94,6 +94,8 @@ impl Dialect for Postgres {
         let claimed = Self::end_claim(tx, batch, &next.limits, now).await?;
         Ok(Self::with_destinations_after(writer, claimed).await)
     }
+
+    const AHEAD: super::Ahead = super::POSTGRES_AHEAD;
 
     fn raw_pool(pool: &PgPool) -> RawPool {
         RawPool::Postgres(pool.clone())
@@ -205,7 +207,8 @@ impl Postgres {
     /// One statement for all the destinations (each one's earliest due deliveries through
     /// `LATERAL … LIMIT` its free slots; a FIFO one's head, when it has nothing in flight):
     /// a round trip to the server per destination would cost more than the claim itself.
-    /// A destination of `next.ahead` has [`AHEAD_CAPS`] times the cap while every delivery
+    /// A destination of `next.ahead` has [`Ahead::caps`](super::Ahead::caps) times the cap
+    /// (`POSTGRES_AHEAD`) while every delivery
     /// in flight to it is `claimer`'s (`claimed_by`), else the cap: this instance's
     /// deliveries beyond the cap wait in its memory and another instance claims nothing
     /// for the destination meanwhile (it counts them in flight), so at most the cap are
@@ -267,7 +270,7 @@ impl Postgres {
             .bind(next.lease_margin_ms)
             .bind(&ahead)
             .bind(claimer)
-            .bind(limits.per_destination * AHEAD_CAPS)
+            .bind(limits.per_destination * Self::AHEAD.caps)
             .fetch_all(&mut **tx)
             .await?;
         claimed_from(rows)

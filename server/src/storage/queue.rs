@@ -290,13 +290,14 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         now: UnixMs,
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)>;
-    /// Whether this process may claim ahead ([`ClaimNext::ahead`]): where no other can
-    /// claim for a destination while deliveries claimed here wait in memory for a slot
-    /// (SQLite: one process runs the database), or where a claim ahead takes more than the
-    /// cap only while every delivery in flight to the destination is this instance's own
-    /// (PostgreSQL: `claimed_by`), so the cap holds across instances (docs §2.5).
-    fn claims_ahead(&self) -> bool {
-        false
+    /// How far this process may claim ahead ([`ClaimNext::ahead`]), if at all: where no
+    /// other can claim for a destination while deliveries claimed here wait in memory for
+    /// a slot (SQLite: one process runs the database), or where a claim ahead takes more
+    /// than the cap only while every delivery in flight to the destination is this
+    /// instance's own (PostgreSQL: `claimed_by`), so the cap holds across instances
+    /// (docs §2.5).
+    fn claims_ahead(&self) -> Option<Ahead> {
+        None
     }
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
@@ -483,8 +484,8 @@ where
         Ok((effects, Claimed::default()))
     }
 
-    fn claims_ahead(&self) -> bool {
-        true
+    fn claims_ahead(&self) -> Option<Ahead> {
+        Some(D::AHEAD)
     }
 
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {

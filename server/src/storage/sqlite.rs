@@ -181,6 +181,8 @@ impl Dialect for Sqlite {
         claimed_by_batch(&results, 0)
     }
 
+    const AHEAD: super::Ahead = super::SQLITE_AHEAD;
+
     const FINISHES_AND_CLAIMS_AT_ONCE: bool = true;
 
     /// The group's [finish batches](Store::finish_batch) and [`Dialect::claim_for`]'s batch
@@ -325,7 +327,7 @@ fn bind_claim_for<'q>(
     let limits = &next.limits;
     let cap = |d: &DestinationId| {
         let ahead = next.ahead.contains(d);
-        limits.per_destination * if ahead { super::AHEAD_CAPS } else { 1 }
+        limits.per_destination * if ahead { Sqlite::AHEAD.caps } else { 1 }
     };
     // Each destination with its cap: `[[id, cap], …]`.
     let targets: Vec<(String, i64)> = next

@@ -83,6 +83,9 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
         claimer: &str,
     ) -> impl Future<Output = Result<super::Claimed>> + Send;
 
+    /// How far this backend's engine claims ahead ([`super::DispatchQueue::claims_ahead`]).
+    const AHEAD: super::Ahead;
+
     /// Whether [`Dialect::finish_and_claim`] is there: a group of finished attempts and a
     /// claim in one transaction, one round trip (SQLite).
     const FINISHES_AND_CLAIMS_AT_ONCE: bool = false;

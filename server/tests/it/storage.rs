@@ -833,8 +833,8 @@ fn named(
 }
 
 on_both_backends! {
-    /// A claim for a destination named ahead (`ClaimNext::ahead`) takes up to three times
-    /// its cap in `sending` (`AHEAD_CAPS`). On PostgreSQL, only while every delivery in
+    /// A claim for a destination named ahead (`ClaimNext::ahead`) takes up to its backend's
+    /// `Ahead::caps` times its cap in `sending`. On PostgreSQL, only while every delivery in
     /// flight to it is the claiming instance's own: another instance then claims nothing
     /// for it, and once both hold some, neither claims past the cap.
     async fn a_claim_ahead_takes_three_caps_only_while_all_in_flight_is_its_own(db) {
@@ -843,30 +843,30 @@ on_both_backends! {
         let s = space(store, Plan::Free).await;
         let d = destination(s.id, None, DestinationStatus::Active);
         store.create_destination(&d, None).await.unwrap();
-        for _ in 0..30 {
+        let caps = store.claims_ahead().expect("both backends claim ahead").caps as usize * 4;
+        for _ in 0..caps * 2 {
             store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
         }
         let limits = ClaimLimits { per_destination: 4, retries: i64::MAX, plans: None };
         let ahead = ClaimNext { ahead: vec![d.id], ..named(&[d.id], 100, limits) };
         let now = server::clock::now_ms();
-        assert!(store.claims_ahead());
         let mine = store.claim_for(&ahead, now).await.unwrap().deliveries;
-        assert_eq!(mine.len(), 12, "three caps of four");
-        assert!(store.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "at three caps");
+        assert_eq!(mine.len(), caps, "its caps of four");
+        assert!(store.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "at its caps");
         if db.url.starts_with("sqlite") {
             return;
         }
         let other = server::storage::testing::connect(&db.url).await.unwrap();
-        assert!(other.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "twelve in flight: nothing for another instance");
-        // Ten of the twelve recorded: two of this instance's in flight.
+        assert!(other.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "more than the cap in flight: nothing for another instance");
+        // All but two recorded: two of this instance's in flight.
         let rule = AutoDisable { after: i64::MAX, warn_at: Vec::new() };
-        store.finish_attempts(&succeeded(&mine[..10]), &rule, now).await.unwrap();
+        store.finish_attempts(&succeeded(&mine[..caps - 2]), &rule, now).await.unwrap();
         let theirs = other.claim_for(&ahead, now).await.unwrap().deliveries;
-        assert_eq!(theirs.len(), 2, "another's in flight: the cap, not three");
+        assert_eq!(theirs.len(), 2, "another's in flight: the cap, not more");
         assert!(store.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "four in flight, two another's");
-        // The other instance's recorded: this one's own again, three caps.
+        // The other instance's recorded: this one's own again, its caps.
         other.finish_attempts(&succeeded(&theirs), &rule, now).await.unwrap();
-        assert_eq!(store.claim_for(&ahead, now).await.unwrap().deliveries.len(), 10);
+        assert_eq!(store.claim_for(&ahead, now).await.unwrap().deliveries.len(), caps - 2);
     }
 }
 
@@ -1119,15 +1119,16 @@ on_both_backends! {
         // At the cap already: a group's claim takes nothing more than the slots freed.
         let (_, none) = store.finish_and_claim(&[], &rule, now, &next(3)).await.unwrap();
         assert!(none.deliveries.is_empty());
-        // Claimed ahead for the first destination: up to three times its cap in `sending`
-        // (`AHEAD_CAPS`), so eight more of its eleven left; the others stay at their cap.
-        assert_eq!(server::storage::AHEAD_CAPS, 3);
+        // Claimed ahead for the first destination: up to `Ahead::caps` times its cap of four in
+        // `sending` (four are), of the eleven it has left; the others stay at their cap.
+        let room = (server::storage::SQLITE_AHEAD.caps as usize * 4 - 4).min(11);
+        assert!(room > 4);
         let ahead = ClaimNext { ahead: vec![dsts[0].id], ..next(100) };
         let (_, more) = store.finish_and_claim(&[], &rule, now, &ahead).await.unwrap();
-        assert_eq!(more.deliveries.len(), 8);
+        assert_eq!(more.deliveries.len(), room);
         assert!(more.deliveries.iter().all(|x| x.destination_id == dsts[0].id));
         let (_, none) = store.finish_and_claim(&[], &rule, now, &ahead).await.unwrap();
-        assert!(none.deliveries.is_empty(), "at three times its cap");
+        assert!(none.deliveries.is_empty(), "at its caps claimed ahead, or none left");
     }
 }
 
