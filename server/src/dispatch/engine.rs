@@ -1042,9 +1042,9 @@ impl Engine {
         }
     }
 
-    /// A claim for `destinations`: `limit` deliveries, and a cap's worth more for each of
-    /// them claimed ahead for ([`ClaimNext::ahead`]): those whose last attempt was fast
-    /// ([`Lanes::fast`]), where the backend allows it.
+    /// A claim for `destinations`: `limit` deliveries, and `Ahead::caps - 1` caps' worth
+    /// more for each of them claimed ahead for ([`ClaimNext::ahead`]): those whose last
+    /// attempt was fast ([`Lanes::fast`]), where the backend allows it.
     fn claim_next(&self, destinations: Vec<DestinationId>, limit: usize) -> ClaimNext {
         // How many more than the cap each destination claimed ahead for may take.
         let depth = self

@@ -968,7 +968,7 @@ where
                 .iter()
                 .find_map(|step| step.as_ref().right())
                 .ok_or_else(|| {
-                    StorageError::Internal("an attempts' record answered no row".into())
+                    StorageError::Internal("a group of records answered no row".into())
                 })?;
             return finish_statement_effects(row, batch.len());
         }
