@@ -290,9 +290,8 @@ pub struct Engine {
     metrics: crate::metrics::Dispatch,
     /// Each destination's workers and the deliveries claimed ahead for it.
     lanes: Lanes,
-    /// How far claims go ahead for fast destinations, if at all
-    /// ([`DispatchQueue::claims_ahead`]).
-    claims_ahead: Option<crate::storage::Ahead>,
+    /// How far claims go ahead for fast destinations ([`DispatchQueue::claims_ahead`]).
+    ahead: crate::storage::Ahead,
 }
 
 type FinishRequest = (FinishedAttempt, Reply);
@@ -672,7 +671,7 @@ impl Engine {
             stopping: std::sync::atomic::AtomicBool::new(false),
             metrics: crate::metrics::Dispatch::new(),
             lanes: Lanes::default(),
-            claims_ahead: storage.claims_ahead(),
+            ahead: storage.claims_ahead(),
             storage,
         })
     }
@@ -1047,9 +1046,7 @@ impl Engine {
     /// attempt was fast ([`Lanes::fast`]), where the backend allows it.
     fn claim_next(&self, destinations: Vec<DestinationId>, limit: usize) -> ClaimNext {
         // How many more than the cap each destination claimed ahead for may take.
-        let depth = self
-            .claims_ahead
-            .map_or(0, |rule| self.cap() * (rule.caps.max(1) as usize - 1));
+        let depth = self.cap() * (self.ahead.caps.max(1) as usize - 1);
         let mut ahead = if depth > 0 {
             self.lanes.fast(&destinations)
         } else {
@@ -1459,9 +1456,7 @@ impl Engine {
         drop(retry);
         // A delivery claimed ahead for this destination goes now, while this one's record is
         // written by the committing task.
-        let fast = self
-            .claims_ahead
-            .is_some_and(|rule| settling.duration_ms < rule.fast_attempt_ms);
+        let fast = settling.duration_ms < self.ahead.fast_attempt_ms;
         // Only with a permit free for the record (see [`Detached`]).
         let permit = match self.handle.starter.get() {
             Some(starter) if !self.stopping.load(Ordering::Relaxed) => {

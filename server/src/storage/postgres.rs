@@ -192,7 +192,7 @@ impl Postgres {
         limits: &ClaimLimits,
         claimer: &str,
     ) -> Result<Vec<ClaimedOne>> {
-        let rows = sqlx::query_as::<_, ClaimedRow>(&claim_sql(Self::DUE_INDEX, Some("$6")))
+        let rows = sqlx::query_as::<_, ClaimedRow>(&claim_sql(Self::DUE_INDEX, "$6"))
             .bind(now)
             .bind(limit)
             .bind(lease_margin_ms)
@@ -251,7 +251,7 @@ impl Postgres {
                  AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
              ){tail}",
             head = fifo_head("targets.destination_id"),
-            tail = claim_for_tail("due", Some("$9")),
+            tail = claim_for_tail("due", "$9"),
         );
         let ids: Vec<String> = next.destinations.iter().map(|d| d.to_string()).collect();
         let ahead: Vec<bool> = next

@@ -33,21 +33,22 @@ pub(super) fn fifo_head(destination: &str) -> String {
     )
 }
 
-/// The claim, shared by both backends: the earliest due deliveries, at most
+/// PostgreSQL's whole claim: the earliest due deliveries, at most
 /// `$4` in flight per destination (counting what is already `sending`, on every
 /// instance), at most `$5` of them retries, moved to `sending` under a lease.
 /// `$1` now, `$2` limit, `$3` lease margin. Destinations already at their cap are
 /// left out while scanning, so their backlog never hides other destinations' work;
 /// `due_index` names the index to scan where the planner needs telling (SQLite);
-/// `by`, the parameter naming the claiming instance ([`claim_update`]).
+/// `by`, the parameter naming the claiming instance ([`claim_update`]). (SQLite builds
+/// its own from [`claim_choice`].)
 /// FIFO destinations (docs D12) are stepped over by the scan like those at their cap
 /// (one more look-up in the small `fifo` set per row): each one that has nothing in
 /// flight adds its [`fifo_head`], if that is due.
-pub(super) fn claim_sql(due_index: &str, by: Option<&str>) -> String {
+pub(super) fn claim_sql(due_index: &str, by: &str) -> String {
     format!(
         "{} {}",
         claim_choice(due_index),
-        claim_update("$1", "$3", "SELECT id FROM chosen", by)
+        claim_update("$1", "$3", "SELECT id FROM chosen", Some(by))
     )
 }
 
@@ -104,11 +105,11 @@ pub(super) fn claim_update(now: &str, margin: &str, ids: &str, by: Option<&str>)
 /// retries, the hinted destinations' order first (`ord`), at most `$6`, moved to
 /// `sending` under a lease of the destination's timeout and `$7` from `$2`, now, by the
 /// instance `by` names ([`claim_update`]).
-pub(super) fn claim_for_tail(from: &str, by: Option<&str>) -> String {
+pub(super) fn claim_for_tail(from: &str, by: &str) -> String {
     format!(
         "{} {}",
         claim_for_choice(from),
-        claim_update("$2", "$7", "SELECT id FROM chosen", by)
+        claim_update("$2", "$7", "SELECT id FROM chosen", Some(by))
     )
 }
 
@@ -235,7 +236,7 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
     /// fanned out to them, an attempt to them just ended); its cost does not grow with
     /// the backlog of other destinations. `next` names them, the most to take, the lease's
     /// margin and the limits, and those of them to claim ahead for ([`ClaimNext::ahead`],
-    /// where [`DispatchQueue::claims_ahead`]).
+    /// as far as [`DispatchQueue::claims_ahead`]).
     async fn claim_for(&self, next: &ClaimNext, now: UnixMs) -> Result<Claimed>;
     /// A rate limit said "not now" to a claimed delivery: give it back without using an
     /// attempt, due at `until`, marked `rate_limited`, with every other due delivery of
@@ -290,15 +291,12 @@ pub trait DispatchQueue: Send + Sync + std::fmt::Debug {
         now: UnixMs,
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)>;
-    /// How far this process may claim ahead ([`ClaimNext::ahead`]), if at all: where no
-    /// other can claim for a destination while deliveries claimed here wait in memory for
-    /// a slot (SQLite: one process runs the database), or where a claim ahead takes more
-    /// than the cap only while every delivery in flight to the destination is this
-    /// instance's own (PostgreSQL: `claimed_by`), so the cap holds across instances
-    /// (docs §2.5).
-    fn claims_ahead(&self) -> Option<Ahead> {
-        None
-    }
+    /// How far this process claims ahead ([`ClaimNext::ahead`]): safe where no other can
+    /// claim for a destination while deliveries claimed here wait in memory for a slot
+    /// (SQLite: one process runs the database), or where a claim ahead takes more than
+    /// the cap only while every delivery in flight to the destination is this instance's
+    /// own (PostgreSQL: `claimed_by`), so the cap holds across instances (docs §2.5).
+    fn claims_ahead(&self) -> Ahead;
     /// Gives a claim back without an attempt (e.g. its destination was disabled meanwhile).
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()>;
     /// The destination a claimed delivery goes to.
@@ -432,10 +430,7 @@ where
     ) -> Result<FinishEffects> {
         let mut writer = self.writes.writer(Durability::Engine).await?;
         if D::BACKEND == Backend::Postgres && Self::finishes_at_once(f) {
-            let mut effects = Self::finish_statements(writer, std::slice::from_ref(f), now).await?;
-            return effects.pop().ok_or_else(|| {
-                StorageError::Internal("an attempt's record answered nothing".into())
-            });
+            return the_one(Self::finish_statements(writer, std::slice::from_ref(f), now).await?);
         }
         let mut tx = writer.begin().await?;
         let effects = Self::finish_in(&mut tx, f, rule, now).await?;
@@ -484,8 +479,8 @@ where
         Ok((effects, Claimed::default()))
     }
 
-    fn claims_ahead(&self) -> Option<Ahead> {
-        Some(D::AHEAD)
+    fn claims_ahead(&self) -> Ahead {
+        D::AHEAD
     }
 
     async fn release_claim(&self, id: DeliveryId, pause: bool, now: UnixMs) -> Result<()> {
@@ -1003,10 +998,7 @@ where
         use futures_util::TryStreamExt as _;
         let one = std::slice::from_ref(f);
         if D::BACKEND == Backend::Postgres {
-            let mut effects = Self::finish_statement_in(tx, one, now).await?;
-            return effects.pop().ok_or_else(|| {
-                StorageError::Internal("an attempt's record answered nothing".into())
-            });
+            return the_one(Self::finish_statement_in(tx, one, now).await?);
         }
         let batch = Self::finish_batch();
         let query = Self::finish_batches_query(&batch, one, now);
@@ -1341,6 +1333,13 @@ fn finish_statement(n: usize) -> String {
     let ctes: Vec<String> = (0..n).map(|k| nth(&one_ctes, k)).collect();
     let answers: Vec<String> = (0..n).map(|k| nth(one_answer, k)).collect();
     format!("WITH {} SELECT {}", ctes.join(", "), answers.join(", "))
+}
+
+/// The effects of the one attempt a record was for.
+fn the_one(mut effects: Vec<FinishEffects>) -> Result<FinishEffects> {
+    effects
+        .pop()
+        .ok_or_else(|| StorageError::Internal("an attempt's record answered nothing".into()))
 }
 
 /// What a [`finish_statement`] for `n` attempts answered in its row: each one's effects.
