@@ -416,7 +416,7 @@ fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
         claimed = claim_update(
             now,
             margin,
-            "SELECT id FROM temp.claim_batch WHERE allowed IS NULL OR n <= allowed",
+            "id IN (SELECT id FROM temp.claim_batch WHERE allowed IS NULL OR n <= allowed)",
             None
         ),
     )
