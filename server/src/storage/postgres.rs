@@ -3,7 +3,9 @@
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use super::queue::{claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow};
+use super::queue::{
+    claim_for_tail, claim_sql, claimed_from, fifo_head, ClaimedOne, ClaimedRow, NO_BITMAP_SCANS,
+};
 use super::reads::{Reads, PING_AFTER_IDLE};
 use super::store::{Dialect, Store};
 use super::write::{WriteTx, Writer, Writes};
@@ -138,7 +140,7 @@ impl Postgres {
         Ok(writer
             .begin_then(&format!(
                 "{replan}SET LOCAL plan_cache_mode = force_generic_plan; \
-                 SET LOCAL enable_bitmapscan = off; SELECT pg_advisory_xact_lock({CLAIM_LOCK})"
+                 {NO_BITMAP_SCANS}; SELECT pg_advisory_xact_lock({CLAIM_LOCK})"
             ))
             .await?)
     }

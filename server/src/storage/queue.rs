@@ -556,7 +556,13 @@ where
                 slot_frees_in(oldest, window_ms, now, granted < wanted),
             ));
         }
-        let mut tx = writer.begin().await?;
+        // PostgreSQL: the window's slots die a second or a minute old, by the hundred, and a
+        // bitmap scan would read every dead index entry left since the last vacuum
+        // (`Postgres::begin_claim`); a plain index scan steps over them.
+        let mut tx = match D::BACKEND {
+            Backend::Postgres => writer.begin_then(NO_BITMAP_SCANS).await?,
+            Backend::Sqlite => writer.begin().await?,
+        };
         let taken = Self::take_slots_in(&mut tx, key, wanted, limit, window_ms, now, false).await?;
         tx.commit().await?;
         Ok(taken)
@@ -1366,6 +1372,12 @@ where
         })
         .collect()
 }
+
+/// PostgreSQL: the transaction's statements scan no index by bitmap. Queue-like tables
+/// (rate slots, deliveries in flight) leave dead index entries by the thousand between
+/// vacuums; a bitmap scan reads every one each time, a plain index scan marks those it
+/// meets as dead and the next scans step over them (`Postgres::begin_claim`).
+pub(super) const NO_BITMAP_SCANS: &str = "SET LOCAL enable_bitmapscan = off";
 
 /// The most finished attempts written by one string of statements ([`Store::finish_all_at_once`]).
 pub(super) const FINISH_CHUNK: usize = 8;
