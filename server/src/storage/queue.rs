@@ -105,10 +105,10 @@ pub(super) fn claim_update(now: &str, margin: &str, which: &str, by: Option<&str
 /// each is then a look-up in the primary key whatever the planner believes of the table.
 /// (`id IN (SELECT id FROM chosen)` let it join the other way round: with statistics taken
 /// while `deliveries` was empty, it scanned the whole table for every claim, ~40 ms each
-/// with 5,000 rows; an autovacuum's analyze later.)
+/// with 5,000 rows, until autovacuum analyzed the table again.)
 const CHOSEN: &str = "id = ANY (ARRAY(SELECT id FROM chosen))";
 
-/// The end of PostgreSQL's `claim_for` statement, after their `due` candidates (each
+/// The end of PostgreSQL's `claim_for` statement, after its `due` candidates (each
 /// destination's, cut to its free slots; `from` names that set): at most `$5` of them
 /// retries, the hinted destinations' order first (`ord`), at most `$6`, moved to
 /// `sending` under a lease of the destination's timeout and `$7` from `$2`, now, by the
