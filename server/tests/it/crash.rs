@@ -400,8 +400,9 @@ on_both_backends! {
 }
 
 /// docs §2.5: on SQLite the engine claims ahead for a destination that answers fast (up to
-/// `SQLITE_AHEAD.caps` times its five slots, the rest waiting in memory). Killed with SIGKILL while deliveries
-/// are claimed ahead (more than five found `sending` after the kill), the next process
+/// `SQLITE_AHEAD.caps` times its five slots, the rest waiting in memory). Killed with
+/// SIGKILL while deliveries are claimed ahead (more than five found `sending` after the
+/// kill), the next process
 /// gets every delivery out: each claim the dead process held comes back as a `lost`
 /// attempt when its lease expires. Only those can repeat at the receiver: those sent and
 /// not yet recorded (an attempt's record is written while its worker sends the next one

@@ -843,15 +843,15 @@ on_both_backends! {
         let s = space(store, Plan::Free).await;
         let d = destination(s.id, None, DestinationStatus::Active);
         store.create_destination(&d, None).await.unwrap();
-        let caps = store.claims_ahead().caps as usize * 4;
-        for _ in 0..caps * 2 {
+        let most = store.claims_ahead().caps as usize * 4;
+        for _ in 0..most * 2 {
             store.publish_event(&event(s.id, "message.created"), NOW).await.unwrap();
         }
         let limits = ClaimLimits { per_destination: 4, retries: i64::MAX, plans: None };
         let ahead = ClaimNext { ahead: vec![d.id], ..named(&[d.id], 100, limits) };
         let now = server::clock::now_ms();
         let mine = store.claim_for(&ahead, now).await.unwrap().deliveries;
-        assert_eq!(mine.len(), caps, "its caps of four");
+        assert_eq!(mine.len(), most, "its caps of four");
         assert!(store.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "at its caps");
         if db.url.starts_with("sqlite") {
             return;
@@ -860,13 +860,13 @@ on_both_backends! {
         assert!(other.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "more than the cap in flight: nothing for another instance");
         // All but two recorded: two of this instance's in flight.
         let rule = AutoDisable { after: i64::MAX, warn_at: Vec::new() };
-        store.finish_attempts(&succeeded(&mine[..caps - 2]), &rule, now).await.unwrap();
+        store.finish_attempts(&succeeded(&mine[..most - 2]), &rule, now).await.unwrap();
         let theirs = other.claim_for(&ahead, now).await.unwrap().deliveries;
         assert_eq!(theirs.len(), 2, "another's in flight: the cap, not more");
         assert!(store.claim_for(&ahead, now).await.unwrap().deliveries.is_empty(), "four in flight, two another's");
         // The other instance's recorded: this one's own again, its caps.
         other.finish_attempts(&succeeded(&theirs), &rule, now).await.unwrap();
-        assert_eq!(store.claim_for(&ahead, now).await.unwrap().deliveries.len(), caps - 2);
+        assert_eq!(store.claim_for(&ahead, now).await.unwrap().deliveries.len(), most - 2);
     }
 }
 
