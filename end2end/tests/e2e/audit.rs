@@ -22,13 +22,17 @@ async fn call(client: &reqwest::Client, server: &Server, endpoint: &str, form: &
     );
 }
 
-/// The actors of the rows on the page.
+/// The actors of the rows on the page, read in one script: a list re-rendered between
+/// finding its rows and reading them (a filter just applied) would leave stale elements.
 async fn actors(c: &fantoccini::Client) -> Vec<String> {
-    let mut out = Vec::new();
-    for row in c.find_all(Locator::Css("tr[data-actor]")).await.unwrap() {
-        out.push(row.attr("data-actor").await.unwrap().unwrap_or_default());
-    }
-    out
+    let found = c
+        .execute(
+            "return Array.from(document.querySelectorAll('tr[data-actor]'), r => r.dataset.actor);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    serde_json::from_value(found).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
