@@ -402,11 +402,10 @@ on_both_backends! {
 /// docs §2.5: on SQLite the engine claims ahead for a destination that answers fast (up to
 /// `SQLITE_AHEAD.caps` times its five slots, the rest waiting in memory). Killed with
 /// SIGKILL while deliveries are claimed ahead (more than five found `sending` after the
-/// kill), the next process
-/// gets every delivery out: each claim the dead process held comes back as a `lost`
-/// attempt when its lease expires. Only those can repeat at the receiver: those sent and
-/// not yet recorded (an attempt's record is written while its worker sends the next one
-/// claimed ahead); a claim ahead that still waited was never sent.
+/// kill), the next process gets every delivery out: each claim the dead process held comes
+/// back as a `lost` attempt when its lease expires. Only those can repeat at the receiver:
+/// those sent and not yet recorded (an attempt's record is written while its worker sends
+/// the next one claimed ahead); a claim ahead that still waited was never sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_claimed_ahead_come_back_after_a_kill_9_and_none_is_lost_or_sent_twice_at_once()
 {
