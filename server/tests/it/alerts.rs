@@ -23,7 +23,7 @@ struct SmtpReceiver {
 }
 
 const SMTP_SERVER: &str = r#"
-import email, email.policy, json, sys
+import email, email.policy, errno, json, socket, sys
 from aiosmtpd.controller import Controller
 
 class Handler:
@@ -34,8 +34,19 @@ class Handler:
                           "body": message.get_content()}), flush=True)
         return "250 OK"
 
-controller = Controller(Handler(), hostname="127.0.0.1", port=int(sys.argv[1]))
-controller.start()
+# A free port, asked of the kernel, then served; another process may take it in between
+# (a CI run once lost that race: EADDRINUSE), so another port is tried then.
+for tries in range(20):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller = Controller(Handler(), hostname="127.0.0.1", port=port)
+    try:
+        controller.start()
+        break
+    except OSError as e:
+        if e.errno != errno.EADDRINUSE or tries == 19:
+            raise
 print(json.dumps({"port": controller.port}), flush=True)
 sys.stdin.read()
 controller.stop()
@@ -43,12 +54,10 @@ controller.stop()
 
 impl SmtpReceiver {
     async fn start() -> Self {
-        // A free port, handed to aiosmtpd (its start-up connects to the port it serves).
-        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = free.local_addr().unwrap().port();
-        drop(free);
+        // aiosmtpd picks its port (a fixed one: its start-up connects to the port it serves)
+        // and prints it.
         let mut child = Command::new("python3")
-            .args(["-c", SMTP_SERVER, &port.to_string()])
+            .args(["-c", SMTP_SERVER])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true)
@@ -60,7 +69,10 @@ impl SmtpReceiver {
             .expect("aiosmtpd starts")
             .unwrap()
             .expect("aiosmtpd prints its port (is the aiosmtpd package installed?)");
-        assert_eq!(serde_json::from_str::<Value>(&first).unwrap()["port"], port);
+        let port = serde_json::from_str::<Value>(&first).unwrap()["port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .expect("aiosmtpd prints the port it serves");
         let (tx, messages) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             while let Ok(Some(line)) = lines.next_line().await {
