@@ -846,6 +846,47 @@ mod tests {
         assert_eq!(values, vec![(vec![3u8],)]);
     }
 
+    /// sqlx-sqlite hands a string's results back in bursts (`vendor/README.md`); a caller
+    /// that went away while the string ran still stops it at its next statement, so the
+    /// `COMMIT` at its end does not run and the transaction it abandoned writes nothing.
+    #[tokio::test]
+    async fn a_string_of_statements_whose_caller_went_away_stops_before_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "w.db").await;
+        // Counts to three million: long enough to be running when the caller goes away.
+        let slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
+                    WHERE i < 3000000) SELECT COUNT(*) FROM n";
+        let batch = format!(
+            "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'01'); {slow}; \
+             INSERT INTO t (v) VALUES (x'02'); COMMIT"
+        );
+        let abandoned = async {
+            let writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
+                .await
+                .unwrap();
+            writer.run_transaction_batch(sqlx::query(&batch)).await
+        };
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), abandoned)
+                .await
+                .is_err(),
+            "the string ended within 20 ms: the test needs a slower statement"
+        );
+        // The next writer gets a connection (the abandoned one was closed, its transaction
+        // rolled back) and sees nothing of the abandoned string.
+        let mut writer = Writer::acquire(&pool, Some("BEGIN IMMEDIATE"))
+            .await
+            .unwrap();
+        let tx = writer.begin().await.unwrap();
+        tx.commit().await.unwrap();
+        drop(writer);
+        let values: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT v FROM t")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        assert_eq!(values, Vec::<(Vec<u8>,)>::new());
+    }
+
     #[tokio::test]
     async fn a_full_database_is_unavailable_not_an_internal_error() {
         let dir = tempfile::tempdir().unwrap();
