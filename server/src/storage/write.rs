@@ -597,6 +597,14 @@ mod tests {
         pool
     }
 
+    /// What table `t` holds, in order.
+    async fn stored(pool: &SqlitePool) -> Vec<Vec<u8>> {
+        sqlx::query_scalar("SELECT v FROM t ORDER BY v")
+            .fetch_all(pool)
+            .await
+            .unwrap()
+    }
+
     /// Ends SQLite's transaction behind sqlx's back, as SQLite itself does on
     /// `SQLITE_FULL` or an I/O error: sqlx still counts depth 1, and its COMMIT fails.
     async fn transaction_ended_by_the_database(conn: &mut sqlx::SqliteConnection) {
@@ -785,11 +793,7 @@ mod tests {
             .unwrap();
         tx.commit().await.unwrap();
         drop(writer);
-        let values: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT v FROM t ORDER BY v")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        assert_eq!(values, vec![(vec![1u8],), (vec![2u8],), (vec![4u8],)]);
+        assert_eq!(stored(&pool).await, [[1u8], [2], [4]]);
     }
 
     #[tokio::test]
@@ -839,11 +843,7 @@ mod tests {
             .unwrap();
         tx.commit().await.unwrap();
         drop(writer);
-        let values: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT v FROM t")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        assert_eq!(values, vec![(vec![3u8],)]);
+        assert_eq!(stored(&pool).await, [[3u8]]);
     }
 
     /// sqlx-sqlite hands a string's results back in bursts (`vendor/README.md`); a caller
@@ -880,11 +880,7 @@ mod tests {
         let tx = writer.begin().await.unwrap();
         tx.commit().await.unwrap();
         drop(writer);
-        let values: Vec<(Vec<u8>,)> = sqlx::query_as("SELECT v FROM t")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        assert_eq!(values, Vec::<(Vec<u8>,)>::new());
+        assert!(stored(&pool).await.is_empty());
     }
 
     #[tokio::test]
