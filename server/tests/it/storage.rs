@@ -608,71 +608,93 @@ async fn deleting_a_destination_that_meets_a_deadlock_is_tried_again() {
     };
     let store = db.storage.clone();
     let s = space(store.as_ref(), Plan::Free).await;
-    let d = destination(s.id, None, DestinationStatus::Active);
-    store.create_destination(&d, None).await.unwrap();
-    for _ in 0..2 {
-        store
-            .publish_event(&event(s.id, "message.created"), NOW)
-            .await
-            .unwrap();
-    }
     let raw = sqlx::PgPool::connect(&db.url).await.unwrap();
-    let ids: Vec<String> =
-        sqlx::query_scalar("SELECT id FROM deliveries WHERE destination_id = $1 ORDER BY ctid")
-            .bind(d.id.to_string())
-            .fetch_all(&raw)
+    // PostgreSQL checks a lock wait for a deadlock once, a second after it began. The
+    // delete waits first, so its check normally runs first and picks it; on a loaded
+    // machine the other's second wait may begin only after that check found no cycle yet,
+    // and then the other is picked: the delete met no deadlock, and the case is set up
+    // again with a new destination.
+    for _ in 0..3 {
+        let d = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&d, None).await.unwrap();
+        for _ in 0..2 {
+            store
+                .publish_event(&event(s.id, "message.created"), NOW)
+                .await
+                .unwrap();
+        }
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM deliveries WHERE destination_id = $1 ORDER BY ctid")
+                .bind(d.id.to_string())
+                .fetch_all(&raw)
+                .await
+                .unwrap();
+        let (first, last) = (&ids[0], &ids[1]);
+        // Another transaction holds the delivery the cascade reaches last…
+        let mut other = raw.begin().await.unwrap();
+        sqlx::query("UPDATE deliveries SET updated_at = updated_at + 1 WHERE id = $1")
+            .bind(last)
+            .execute(&mut *other)
             .await
             .unwrap();
-    let (first, last) = (&ids[0], &ids[1]);
-    // Another transaction holds the delivery the cascade reaches last…
-    let mut other = raw.begin().await.unwrap();
-    sqlx::query("UPDATE deliveries SET updated_at = updated_at + 1 WHERE id = $1")
-        .bind(last)
-        .execute(&mut *other)
-        .await
-        .unwrap();
-    let deleting = tokio::spawn({
-        let store = store.clone();
-        async move { store.delete_destination(s.id, d.id, None).await }
-    });
-    // The cascade waits for it (seen in `pg_stat_activity`, not guessed from a sleep: on a
-    // busy machine the delete may start late), and well before the other waits in turn,
-    // so its deadlock check runs first and picks it.
-    let waiting = "SELECT COUNT(*) FROM pg_stat_activity \
-                   WHERE datname = current_database() AND wait_event_type = 'Lock'";
-    let started = std::time::Instant::now();
-    while sqlx::query_scalar::<_, i64>(waiting)
-        .fetch_one(&raw)
-        .await
-        .unwrap()
-        == 0
-    {
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "the delete never waited"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    // …then waits for the one the cascade took first: each waits on the other.
-    sqlx::query("UPDATE deliveries SET updated_at = updated_at + 1 WHERE id = $1")
-        .bind(first)
-        .execute(&mut *other)
-        .await
-        .unwrap();
-    other.commit().await.unwrap();
-    deleting.await.unwrap().unwrap();
-    assert!(matches!(
-        store.get_destination(s.id, d.id).await,
-        Err(StorageError::NotFound)
-    ));
-    let (left,): (i64,) =
-        sqlx::query_as("SELECT COUNT(*) FROM deliveries WHERE destination_id = $1")
-            .bind(d.id.to_string())
+        let deleting = tokio::spawn({
+            let store = store.clone();
+            async move { store.delete_destination(s.id, d.id, None).await }
+        });
+        // The cascade waits for it (seen in `pg_stat_activity`, not guessed from a sleep:
+        // on a busy machine the delete may start late), a little before the other waits
+        // in turn, so that its deadlock check runs first.
+        let waiting = "SELECT COUNT(*) FROM pg_stat_activity \
+                       WHERE datname = current_database() AND wait_event_type = 'Lock'";
+        let started = std::time::Instant::now();
+        while sqlx::query_scalar::<_, i64>(waiting)
             .fetch_one(&raw)
             .await
-            .unwrap();
-    assert_eq!(left, 0);
+            .unwrap()
+            == 0
+        {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(10),
+                "the delete never waited"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // …then waits for the one the cascade took first: each waits on the other.
+        let crossed =
+            sqlx::query("UPDATE deliveries SET updated_at = updated_at + 1 WHERE id = $1")
+                .bind(first)
+                .execute(&mut *other)
+                .await;
+        let picked_the_other = matches!(
+            &crossed,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("40P01")
+        );
+        if picked_the_other {
+            other.rollback().await.unwrap();
+        } else {
+            crossed.unwrap();
+            other.commit().await.unwrap();
+        }
+        deleting.await.unwrap().unwrap();
+        assert!(matches!(
+            store.get_destination(s.id, d.id).await,
+            Err(StorageError::NotFound)
+        ));
+        let (left,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM deliveries WHERE destination_id = $1")
+                .bind(d.id.to_string())
+                .fetch_one(&raw)
+                .await
+                .unwrap();
+        assert_eq!(left, 0);
+        if !picked_the_other {
+            // The other's second UPDATE went through only because the delete, which held
+            // that delivery, was aborted: the delete met the deadlock and was tried again.
+            return;
+        }
+    }
+    panic!("three times the database picked the other transaction, never the delete");
 }
 
 /// The key's row of `rate_keys`, and its `taken` against the rows of `rate_events`.
