@@ -12,6 +12,11 @@
 //! disk, exactly what the `FULL` commit made sure of. Publishes that come meanwhile share
 //! the next sync: one runs at a time, and it covers every commit made before it began.
 //!
+//! A publish that finds no other writer waiting for the gate (low load) has nobody for
+//! the sync to hold up: it syncs inside its own `COMMIT` instead, on the connection's
+//! thread ([`Writer::sync_in_commit`]), and saves the hand-off to a blocking thread and
+//! back.
+//!
 //! Why the WAL file is enough: a commit's frames are in the WAL until a checkpoint copies
 //! them into the database file, and SQLite (`synchronous = NORMAL`) syncs the database
 //! file after a checkpoint and before the WAL is written over again, so frames gone from
@@ -19,6 +24,7 @@
 //! whole and removed by the last connection to close, which syncs it first.
 //!
 //! [`Durability::Deferred`]: super::write::Durability::Deferred
+//! [`Writer::sync_in_commit`]: super::write::Writer::sync_in_commit
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,12 +82,19 @@ impl WalSync {
         Ok(())
     }
 
+    /// A write synced the WAL inside its own `COMMIT` (a publish at low load,
+    /// [`Writer::sync_in_commit`](super::write::Writer::sync_in_commit)): counted with the
+    /// syncs; it needs none of them.
+    pub fn synced_in_commit(&self) {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Whether every write committed so far has been synced.
     pub async fn all_synced(&self) -> bool {
         *self.synced.lock().await >= self.commits.load(Ordering::Acquire)
     }
 
-    /// How many syncs have run.
+    /// How many syncs have run, those inside a commit included.
     pub fn syncs(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }

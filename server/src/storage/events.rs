@@ -663,8 +663,10 @@ where
         if let [new] = batch {
             // A group of one without a key (every publish at low load): one round trip
             // when its subscribers were read with its checks and have not changed since
-            // ([`Self::publish_as_read`]); else, on SQLite, two ([`Self::publish_alone`]).
+            // ([`Self::publish_as_read`]), the WAL synced in its commit when no other
+            // writer waits; else, on SQLite, two ([`Self::publish_alone`]).
             if let Some((read, fan)) = alone {
+                writer.sync_in_commit();
                 if let Some(published) = Self::publish_as_read(writer, new, now, read, fan).await? {
                     return Ok(vec![Ok(published)]);
                 }
@@ -1137,6 +1139,7 @@ where
                 Some((_, after)) => text.push_str(&format!("; {after}")),
                 None => text.push_str("; COMMIT"),
             }
+            text.push_str(writer.after_commit());
             text
         };
         let event_id = e.id.to_string();

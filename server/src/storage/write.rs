@@ -28,7 +28,7 @@
 use std::cell::Cell;
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +61,11 @@ pub async fn metered<F: Future>(work: F) -> F::Output {
 pub fn held() -> Duration {
     HELD.try_with(Cell::get).unwrap_or_default()
 }
+
+/// The first statement of a batch that [syncs in its commit](Writer::sync_in_commit),
+/// before its `BEGIN`, and its last, after its `COMMIT`.
+const SYNCED_ON: &str = "PRAGMA synchronous = FULL";
+const SYNCED_OFF: &str = "; PRAGMA synchronous = NORMAL";
 
 /// Which pool a write goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +109,8 @@ pub struct Writes<DB: Database> {
     /// When a writer outside [`metered`] (the engine, a publish, a person's change) last
     /// asked for the write path: a background task takes shorter turns while they write.
     others: Arc<LastWrite>,
+    /// Writers waiting for the gate now ([`Writer::sync_in_commit`] asks).
+    queued: Arc<AtomicUsize>,
 }
 
 /// The last time a writer not [`metered`] asked for the write path: microseconds after
@@ -187,6 +194,7 @@ impl<DB: Database> Writes<DB> {
             committed: None,
             wal: None,
             others: Arc::default(),
+            queued: Arc::default(),
         }
     }
 
@@ -251,7 +259,10 @@ impl<DB: Database> Writes<DB> {
         }
         let held = match &self.gate {
             Some(gate) => {
-                let mut kept = gate.lock().await;
+                let mut kept = {
+                    let _queued = Queued::enter(&self.queued);
+                    gate.lock().await
+                };
                 // A closed pool closes what it lent out too.
                 if pool.is_closed() {
                     kept.slot(durability).take();
@@ -271,12 +282,25 @@ impl<DB: Database> Writes<DB> {
             Durability::Deferred => self.wal.as_deref(),
             Durability::Full | Durability::Engine => None,
         };
-        Ok(Writer::new(
-            held,
-            self.begin,
-            self.committed.as_ref(),
-            deferred,
-        ))
+        let mut writer = Writer::new(held, self.begin, self.committed.as_ref(), deferred);
+        writer.queued = self.gate.as_ref().map(|_| self.queued.as_ref());
+        Ok(writer)
+    }
+}
+
+/// A writer waiting for the gate, counted in [`Writes::queued`] until it has it (or gave up).
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(count)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -319,6 +343,10 @@ pub struct Writer<'g, DB: Database> {
     committed: Option<&'g Committed>,
     /// A [`Durability::Deferred`] writer's WAL sync, told when the writer is done.
     deferred: Option<&'g WalSync>,
+    /// The writers waiting for the gate behind this one (SQLite; `None`: no gate).
+    queued: Option<&'g AtomicUsize>,
+    /// Its batch syncs the WAL inside its `COMMIT` ([`Writer::sync_in_commit`]).
+    synced: bool,
 }
 
 impl<'g, DB: Database> Writer<'g, DB> {
@@ -335,6 +363,8 @@ impl<'g, DB: Database> Writer<'g, DB> {
             taken: Instant::now(),
             committed,
             deferred,
+            queued: None,
+            synced: false,
         }
     }
 
@@ -367,9 +397,36 @@ impl<'g, DB: Database> Writer<'g, DB> {
     /// it; on PostgreSQL nothing (sqlx cannot send several statements with parameters in
     /// one string there, so `begin_with` sends `BEGIN` first).
     pub fn opening(&self) -> String {
-        match self.begin {
-            Some(statement) => format!("{statement}; "),
-            None => String::new(),
+        match (self.begin, self.synced) {
+            (Some(statement), true) => format!("{SYNCED_ON}; {statement}; "),
+            (Some(statement), false) => format!("{statement}; "),
+            (None, _) => String::new(),
+        }
+    }
+
+    /// A [`Durability::Deferred`] writer on SQLite with no other writer waiting for the
+    /// gate (a publish at low load): its batch is committed with `synchronous = FULL`, the
+    /// WAL synced inside its `COMMIT` on the connection's thread, instead of after the
+    /// gate on a blocking thread ([`super::durable`]): one hand-off between threads and
+    /// back fewer, and nobody waits behind the gate meanwhile (one who comes waits for
+    /// the sync). The batch must start with [`Writer::opening`] and end with
+    /// [`Writer::after_commit`], and go through [`Writer::run_transaction_batch`].
+    /// Says whether it will.
+    pub fn sync_in_commit(&mut self) -> bool {
+        let alone = self
+            .queued
+            .is_some_and(|queued| queued.load(Ordering::Acquire) == 0);
+        self.synced = alone && self.deferred.is_some() && self.begin.is_some();
+        self.synced
+    }
+
+    /// What a batch that opened with [`Writer::opening`] ends with after its `COMMIT`:
+    /// on a writer that [syncs in its commit](Writer::sync_in_commit), `synchronous`
+    /// back to `NORMAL` (SQLite refuses to change it inside a transaction); else nothing.
+    pub fn after_commit(&self) -> &'static str {
+        match self.synced {
+            true => SYNCED_OFF,
+            false => "",
         }
     }
 }
@@ -452,8 +509,18 @@ where
         A: 'q + IntoArguments<'q, DB>,
     {
         use futures_util::TryStreamExt as _;
-        let all = Executor::fetch_many(self.conn(), query).try_collect().await;
+        let mut all: sqlx::Result<Vec<_>> =
+            Executor::fetch_many(self.conn(), query).try_collect().await;
         self.clean = all.is_ok();
+        if let (true, Ok(results)) = (self.synced, &mut all) {
+            // Committed and synced: nothing for the WAL's next sync to do for it.
+            if let Some(wal) = self.deferred.take() {
+                wal.synced_in_commit();
+            }
+            // The `synchronous` switches' results: the callers see their statements' only.
+            results.pop();
+            results.remove(0);
+        }
         all
     }
 
@@ -905,5 +972,106 @@ mod tests {
             matches!(err, crate::storage::StorageError::Unavailable(_)),
             "{err:?}"
         );
+    }
+
+    /// A publish alone at the gate (no other writer waiting) syncs the WAL inside its own
+    /// `COMMIT`, leaves the connection at `synchronous = NORMAL` for the engine's writes
+    /// and nothing for the WAL's next sync; with a writer waiting behind it, it defers its
+    /// sync as every publish did; a batch that failed leaves its sync to the next one.
+    #[tokio::test]
+    async fn a_publish_alone_at_the_gate_syncs_in_its_commit_and_one_with_a_writer_behind_it_after()
+    {
+        use sqlx::sqlite::SqliteSynchronous;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.db");
+        let options = SqliteConnectOptions::new()
+            .filename(&file)
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options)
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE t (v BLOB)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        let writes = Arc::new(
+            Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"))
+                .syncing(WalSync::new(&file)),
+        );
+        async fn synchronous(writes: &Writes<sqlx::Sqlite>) -> i64 {
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            let (level,): (i64,) = writer
+                .fetch_all(sqlx::query_as("PRAGMA synchronous"))
+                .await
+                .unwrap()[0];
+            level
+        }
+
+        let mut alone = writes.writer(Durability::Deferred).await.unwrap();
+        assert!(alone.sync_in_commit());
+        let sql = format!(
+            "{}INSERT INTO t VALUES (x'01'); SELECT v FROM t; COMMIT{}",
+            alone.opening(),
+            alone.after_commit()
+        );
+        assert!(
+            sql.starts_with("PRAGMA synchronous = FULL; BEGIN IMMEDIATE; "),
+            "{sql}"
+        );
+        let results = alone
+            .run_transaction_batch(sqlx::query(&sql))
+            .await
+            .unwrap();
+        // `BEGIN`, the INSERT, the SELECT's row and its end, `COMMIT`: not the switches'.
+        assert_eq!(results.len(), 5);
+        assert_eq!(stored(&pool).await, vec![vec![1u8]]);
+        assert_eq!(writes.syncs(), 1, "counted with the syncs");
+        assert!(writes.all_synced().await, "nothing left for the next sync");
+        assert_eq!(synchronous(&writes).await, 1, "NORMAL again");
+
+        // Another writer waits for the gate: this one defers its sync, as before.
+        let mut first = writes.writer(Durability::Deferred).await.unwrap();
+        let behind = Arc::clone(&writes);
+        let waiting = tokio::spawn(async move { drop(behind.writer(Durability::Engine).await) });
+        while writes.queued.load(Ordering::Acquire) == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!first.sync_in_commit());
+        let sql = format!(
+            "{}INSERT INTO t VALUES (x'02'); COMMIT{}",
+            first.opening(),
+            first.after_commit()
+        );
+        assert!(sql.starts_with("BEGIN IMMEDIATE; "), "{sql}");
+        first
+            .run_transaction_batch(sqlx::query(&sql))
+            .await
+            .unwrap();
+        waiting.await.unwrap();
+        assert!(!writes.all_synced().await, "its sync comes after the gate");
+        writes.sync().await.unwrap();
+        assert!(writes.all_synced().await);
+        assert_eq!(writes.syncs(), 2);
+
+        // A batch that failed midway may have committed: the next sync covers it.
+        let mut failed = writes.writer(Durability::Deferred).await.unwrap();
+        assert!(failed.sync_in_commit());
+        let sql = format!(
+            "{}INSERT INTO nowhere VALUES (1); COMMIT{}",
+            failed.opening(),
+            failed.after_commit()
+        );
+        assert!(failed
+            .run_transaction_batch(sqlx::query(&sql))
+            .await
+            .is_err());
+        assert!(!writes.all_synced().await);
+        writes.sync().await.unwrap();
+        assert!(writes.all_synced().await);
+        assert_eq!(synchronous(&writes).await, 1, "a fresh connection, NORMAL");
     }
 }
