@@ -41,6 +41,8 @@ pub const BOT_REQUESTS: &str = "partyflow_bot_requests_total";
 pub const HTTP_REQUESTS: &str = "partyflow_http_requests_total";
 pub const HTTP_REQUEST_DURATION: &str = "partyflow_http_request_duration_seconds";
 pub const DB_POOL_CONNECTIONS: &str = "partyflow_db_pool_connections";
+pub const DB_WRITE_WAIT: &str = "partyflow_db_write_wait_seconds";
+pub const DB_WRITE_HELD: &str = "partyflow_db_write_held_seconds";
 pub const DB_POOL_MAX_CONNECTIONS: &str = "partyflow_db_pool_max_connections";
 /// Recorded by the retention task (its `table` label: the table purged).
 pub const RETENTION_PURGED_ROWS: &str = "partyflow_retention_purged_rows_total";
@@ -66,6 +68,8 @@ pub const ALL: &[&str] = &[
     HTTP_REQUEST_DURATION,
     DB_POOL_CONNECTIONS,
     DB_POOL_MAX_CONNECTIONS,
+    DB_WRITE_WAIT,
+    DB_WRITE_HELD,
     RETENTION_PURGED_ROWS,
 ];
 
@@ -80,6 +84,12 @@ const LAG_BUCKETS: &[f64] = &[
 /// Buckets of an HTTP request's duration.
 const HTTP_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// Buckets of a write transaction's wait for its connection (SQLite: the write gate) and
+/// of its hold on it: 50 µs to 1 s.
+const WRITE_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
 
 /// Where a published event came from (`source`).
@@ -203,8 +213,7 @@ pub const UNMATCHED_ROUTE: &str = "unmatched";
 /// Installs the process-wide Prometheus recorder (once; later calls return the same
 /// handle) with every metric described and the histograms' buckets set.
 pub fn install() -> PrometheusHandle {
-    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
-    HANDLE
+    INSTALLED
         .get_or_init(|| {
             let handle = builder()
                 .install_recorder()
@@ -216,6 +225,9 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
+/// The installed recorder's handle ([`install`]).
+static INSTALLED: OnceLock<PrometheusHandle> = OnceLock::new();
+
 fn builder() -> PrometheusBuilder {
     let buckets = |b: PrometheusBuilder, name: &str, values: &[f64]| {
         b.set_buckets_for_metric(Matcher::Full(name.to_owned()), values)
@@ -224,6 +236,8 @@ fn builder() -> PrometheusBuilder {
     let b = PrometheusBuilder::new();
     let b = buckets(b, ATTEMPT_DURATION, ATTEMPT_BUCKETS);
     let b = buckets(b, FIRST_ATTEMPT_LAG, LAG_BUCKETS);
+    let b = buckets(b, DB_WRITE_WAIT, WRITE_BUCKETS);
+    let b = buckets(b, DB_WRITE_HELD, WRITE_BUCKETS);
     buckets(b, HTTP_REQUEST_DURATION, HTTP_BUCKETS)
 }
 
@@ -307,10 +321,60 @@ fn describe() {
         DB_POOL_MAX_CONNECTIONS,
         "The most connections a database pool opens, by pool."
     );
+    describe_histogram!(
+        DB_WRITE_WAIT,
+        Unit::Seconds,
+        "How long a write transaction waited for its connection (SQLite: the write gate, \
+         which every write of the process takes in turn), by durability (full, deferred, engine)."
+    );
+    describe_histogram!(
+        DB_WRITE_HELD,
+        Unit::Seconds,
+        "How long a write transaction held its connection (SQLite: the write gate), from \
+         taking it to giving it back, by durability (full, deferred, engine)."
+    );
     describe_counter!(
         RETENTION_PURGED_ROWS,
         "Rows deleted by retention, by table."
     );
+}
+
+/// The durabilities of write transactions (`durability`), as storage names them.
+pub const WRITE_DURABILITIES: [&str; 3] = ["full", "deferred", "engine"];
+
+/// A write transaction waited `waited` for its connection and then held it `held`
+/// ([`DB_WRITE_WAIT`], [`DB_WRITE_HELD`]); `durability` is an index into
+/// [`WRITE_DURABILITIES`]. Through handles made once the recorder is installed: every
+/// write of the process records here, so no look-up per call.
+pub fn write_waited(durability: usize, waited: Duration) {
+    if let Some(handles) = write_handles() {
+        handles[durability].0.record(waited.as_secs_f64());
+    }
+}
+
+/// See [`write_waited`].
+pub fn write_held(durability: usize, held: Duration) {
+    if let Some(handles) = write_handles() {
+        handles[durability].1.record(held.as_secs_f64());
+    }
+}
+
+/// The write histograms' handles, by durability; `None` until [`install`] (storage writes
+/// its migrations before the recorder exists, and handles made then would record nowhere).
+fn write_handles() -> Option<&'static [(Histogram, Histogram); 3]> {
+    static HANDLES: OnceLock<[(Histogram, Histogram); 3]> = OnceLock::new();
+    if let Some(handles) = HANDLES.get() {
+        return Some(handles);
+    }
+    INSTALLED.get()?;
+    Some(HANDLES.get_or_init(|| {
+        WRITE_DURABILITIES.map(|d| {
+            (
+                histogram!(DB_WRITE_WAIT, "durability" => d),
+                histogram!(DB_WRITE_HELD, "durability" => d),
+            )
+        })
+    }))
 }
 
 /// An event (or message) was published.
@@ -472,7 +536,13 @@ mod tests {
         for counter in [EVENTS_PUBLISHED, ATTEMPTS, HTTP_REQUESTS, AUTO_DISABLES] {
             assert!(counter.ends_with("_total"), "{counter}");
         }
-        for seconds in [ATTEMPT_DURATION, FIRST_ATTEMPT_LAG, HTTP_REQUEST_DURATION] {
+        for seconds in [
+            ATTEMPT_DURATION,
+            FIRST_ATTEMPT_LAG,
+            HTTP_REQUEST_DURATION,
+            DB_WRITE_WAIT,
+            DB_WRITE_HELD,
+        ] {
             assert!(seconds.ends_with("_seconds"), "{seconds}");
         }
     }

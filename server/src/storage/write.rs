@@ -86,6 +86,17 @@ pub enum Durability {
     Engine,
 }
 
+impl Durability {
+    /// Its place in [`crate::metrics::WRITE_DURABILITIES`] (the metrics' `durability`).
+    fn metric(self) -> usize {
+        match self {
+            Durability::Full => 0,
+            Durability::Deferred => 1,
+            Durability::Engine => 2,
+        }
+    }
+}
+
 /// The pools writes go through, and the write gate: the only source of [`Writer`]s.
 #[derive(Debug, Clone)]
 pub struct Writes<DB: Database> {
@@ -257,6 +268,7 @@ impl<DB: Database> Writes<DB> {
         if HELD.try_with(|_| ()).is_err() {
             self.others.now();
         }
+        let asked = Instant::now();
         let held = match &self.gate {
             Some(gate) => {
                 let mut kept = {
@@ -282,8 +294,10 @@ impl<DB: Database> Writes<DB> {
             Durability::Deferred => self.wal.as_deref(),
             Durability::Full | Durability::Engine => None,
         };
+        crate::metrics::write_waited(durability.metric(), asked.elapsed());
         let mut writer = Writer::new(held, self.begin, self.committed.as_ref(), deferred);
         writer.queued = self.gate.as_ref().map(|_| self.queued.as_ref());
+        writer.durability = durability.metric();
         Ok(writer)
     }
 }
@@ -347,6 +361,8 @@ pub struct Writer<'g, DB: Database> {
     queued: Option<&'g AtomicUsize>,
     /// Its batch syncs the WAL inside its `COMMIT` ([`Writer::sync_in_commit`]).
     synced: bool,
+    /// [`Durability::metric`] of the writes it is for.
+    durability: usize,
 }
 
 impl<'g, DB: Database> Writer<'g, DB> {
@@ -365,6 +381,7 @@ impl<'g, DB: Database> Writer<'g, DB> {
             deferred,
             queued: None,
             synced: false,
+            durability: Durability::Engine.metric(),
         }
     }
 
@@ -557,6 +574,7 @@ impl<DB: Database> Drop for Writer<'_, DB> {
             wal.committed();
         }
         let held = self.taken.elapsed();
+        crate::metrics::write_held(self.durability, held);
         // Outside `metered` there is nothing to count into.
         let _ = HELD.try_with(|total| total.set(total.get() + held));
     }

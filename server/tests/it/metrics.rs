@@ -281,6 +281,14 @@ on_both_backends! {
         );
         at_least("partyflow_db_pool_connections", &[("pool", "main"), ("state", "idle")], 0.0);
         at_least("partyflow_db_pool_max_connections", &[("pool", "main")], 1.0);
+        // Every write transaction's wait for its connection (SQLite: the write gate) and its
+        // hold on it: the destinations made (full), the publish (deferred), the engine's.
+        for durability in ["full", "deferred", "engine"] {
+            for name in ["partyflow_db_write_wait_seconds", "partyflow_db_write_held_seconds"] {
+                let n = observations(&s, name, &[("durability", durability)]);
+                assert!(n >= 1.0, "{name}{{durability={durability}}}: {n}");
+            }
+        }
         assert_eq!(value(&s, "partyflow_ready", &[]), 1.0);
         assert_eq!(value(&s, "partyflow_build_info", &[]), 1.0);
 
