@@ -41,9 +41,9 @@ pub const BOT_REQUESTS: &str = "partyflow_bot_requests_total";
 pub const HTTP_REQUESTS: &str = "partyflow_http_requests_total";
 pub const HTTP_REQUEST_DURATION: &str = "partyflow_http_request_duration_seconds";
 pub const DB_POOL_CONNECTIONS: &str = "partyflow_db_pool_connections";
+pub const DB_POOL_MAX_CONNECTIONS: &str = "partyflow_db_pool_max_connections";
 pub const DB_WRITE_WAIT: &str = "partyflow_db_write_wait_seconds";
 pub const DB_WRITE_HELD: &str = "partyflow_db_write_held_seconds";
-pub const DB_POOL_MAX_CONNECTIONS: &str = "partyflow_db_pool_max_connections";
 /// Recorded by the retention task (its `table` label: the table purged).
 pub const RETENTION_PURGED_ROWS: &str = "partyflow_retention_purged_rows_total";
 

@@ -77,8 +77,9 @@ pub enum Durability {
     /// on SQLite committed with `synchronous = NORMAL` on the engine's connection, and
     /// synced after the write gate is given back ([`Writes::sync`], which the writer
     /// must await before it answers): the gate is not held through the sync, and
-    /// publishes that commit meanwhile share one ([`super::durable`]). PostgreSQL: the
-    /// same pool as the others, its commits durable already.
+    /// publishes that commit meanwhile share one ([`super::durable`]); one alone at the
+    /// gate may sync inside its `COMMIT` instead ([`Writer::sync_in_commit`]). PostgreSQL:
+    /// the same pool as the others, its commits durable already.
     Deferred,
     /// The engine's own bookkeeping (claims, attempts, rate slots): on SQLite committed
     /// with `synchronous = NORMAL`; a power cut may lose the last attempts' records,
@@ -530,13 +531,19 @@ where
             Executor::fetch_many(self.conn(), query).try_collect().await;
         self.clean = all.is_ok();
         if let (true, Ok(results)) = (self.synced, &mut all) {
+            debug_assert!(
+                results.len() >= 2,
+                "a synced batch answers its switches too"
+            );
             // Committed and synced: nothing for the WAL's next sync to do for it.
             if let Some(wal) = self.deferred.take() {
                 wal.synced_in_commit();
             }
             // The `synchronous` switches' results: the callers see their statements' only.
-            results.pop();
-            results.remove(0);
+            if results.len() >= 2 {
+                results.pop();
+                results.remove(0);
+            }
         }
         all
     }
@@ -670,6 +677,11 @@ mod tests {
         let options = SqliteConnectOptions::new()
             .filename(dir.path().join(name))
             .create_if_missing(true);
+        one_connection_pool_with(options).await
+    }
+
+    /// [`one_connection_pool`] with these options.
+    async fn one_connection_pool_with(options: SqliteConnectOptions) -> SqlitePool {
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
             .connect_with(options)
@@ -1007,15 +1019,7 @@ mod tests {
             .create_if_missing(true)
             .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options)
-            .await
-            .unwrap();
-        sqlx::query("CREATE TABLE t (v BLOB)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        let pool = one_connection_pool_with(options).await;
         let writes = Arc::new(
             Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"))
                 .syncing(WalSync::new(&file)),
