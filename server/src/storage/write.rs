@@ -296,9 +296,14 @@ impl<DB: Database> Writes<DB> {
             Durability::Full | Durability::Engine => None,
         };
         crate::metrics::write_waited(durability.metric(), asked.elapsed());
-        let mut writer = Writer::new(held, self.begin, self.committed.as_ref(), deferred);
+        let mut writer = Writer::new(
+            held,
+            self.begin,
+            self.committed.as_ref(),
+            deferred,
+            durability,
+        );
         writer.queued = self.gate.as_ref().map(|_| self.queued.as_ref());
-        writer.durability = durability.metric();
         Ok(writer)
     }
 }
@@ -372,6 +377,7 @@ impl<'g, DB: Database> Writer<'g, DB> {
         begin: Option<&'static str>,
         committed: Option<&'g Committed>,
         deferred: Option<&'g WalSync>,
+        durability: Durability,
     ) -> Self {
         Self {
             held,
@@ -382,7 +388,7 @@ impl<'g, DB: Database> Writer<'g, DB> {
             deferred,
             queued: None,
             synced: false,
-            durability: Durability::Engine.metric(),
+            durability: durability.metric(),
         }
     }
 
@@ -394,6 +400,7 @@ impl<'g, DB: Database> Writer<'g, DB> {
             begin,
             None,
             None,
+            Durability::Engine,
         ))
     }
 
@@ -1033,12 +1040,16 @@ mod tests {
             level
         }
 
+        /// `statements` as one batch of `writer`'s: its opening, then its end after the `COMMIT`.
+        fn batch(writer: &Writer<'_, sqlx::Sqlite>, statements: &str) -> String {
+            format!("{}{statements}{}", writer.opening(), writer.after_commit())
+        }
+
         let mut alone = writes.writer(Durability::Deferred).await.unwrap();
         assert!(alone.sync_in_commit());
-        let sql = format!(
-            "{}INSERT INTO t VALUES (x'01'); SELECT v FROM t; COMMIT{}",
-            alone.opening(),
-            alone.after_commit()
+        let sql = batch(
+            &alone,
+            "INSERT INTO t VALUES (x'01'); SELECT v FROM t; COMMIT",
         );
         assert!(
             sql.starts_with("PRAGMA synchronous = FULL; BEGIN IMMEDIATE; "),
@@ -1063,11 +1074,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert!(!first.sync_in_commit());
-        let sql = format!(
-            "{}INSERT INTO t VALUES (x'02'); COMMIT{}",
-            first.opening(),
-            first.after_commit()
-        );
+        let sql = batch(&first, "INSERT INTO t VALUES (x'02'); COMMIT");
         assert!(sql.starts_with("BEGIN IMMEDIATE; "), "{sql}");
         first
             .run_transaction_batch(sqlx::query(&sql))
@@ -1082,11 +1089,7 @@ mod tests {
         // A batch that failed midway may have committed: the next sync covers it.
         let mut failed = writes.writer(Durability::Deferred).await.unwrap();
         assert!(failed.sync_in_commit());
-        let sql = format!(
-            "{}INSERT INTO nowhere VALUES (1); COMMIT{}",
-            failed.opening(),
-            failed.after_commit()
-        );
+        let sql = batch(&failed, "INSERT INTO nowhere VALUES (1); COMMIT");
         assert!(failed
             .run_transaction_batch(sqlx::query(&sql))
             .await
