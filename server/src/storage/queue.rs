@@ -529,7 +529,7 @@ where
         if D::BACKEND == Backend::Sqlite && wanted <= RATE_ROWS_PER_INSERT {
             // The whole transaction in one string, one round trip: `BEGIN`, the slots, when
             // the oldest frees, `COMMIT`.
-            let now = now.max(crate::clock::now_ms());
+            let now = writer.date(now).await;
             let sql = format!(
                 "{}{}; SELECT MIN(at) FROM rate_events WHERE key = $1; COMMIT",
                 writer.opening(),

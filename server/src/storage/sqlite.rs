@@ -127,7 +127,7 @@ impl Dialect for Sqlite {
     /// connection's thread. SQLite has a single writer (the gate and `BEGIN IMMEDIATE`
     /// make claims one at a time), so the in-flight count it reads is exact.
     async fn claim(
-        writer: Writer<'_, sqlx::Sqlite>,
+        mut writer: Writer<'_, sqlx::Sqlite>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
@@ -135,7 +135,7 @@ impl Dialect for Sqlite {
         _claimer: &str,
     ) -> Result<Claimed> {
         // The slots are dated when the write lock is held, not when it was asked for.
-        let now = now.max(crate::clock::now_ms());
+        let now = writer.date(now).await;
         let choice = claim_choice(Self::DUE_INDEX);
         let sql = format!(
             "BEGIN IMMEDIATE; {}",
@@ -169,12 +169,12 @@ impl Dialect for Sqlite {
     /// in flight; then, as [`Dialect::claim`], the whole claim as one batch of statements
     /// (a loop of three statements per destination once cost more than the claim itself).
     async fn claim_for(
-        writer: Writer<'_, sqlx::Sqlite>,
+        mut writer: Writer<'_, sqlx::Sqlite>,
         next: &ClaimNext,
         now: UnixMs,
         _claimer: &str,
     ) -> Result<Claimed> {
-        let now = now.max(crate::clock::now_ms());
+        let now = writer.date(now).await;
         let sql = format!("BEGIN IMMEDIATE; {}", claim_for_batch());
         let query = bind_claim_for(sqlx::query(&sql), next, now)?;
         let results = writer.run_transaction_batch(query).await?;
@@ -199,7 +199,7 @@ impl Dialect for Sqlite {
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)> {
         // The slots are dated when the write lock is held, not when it was asked for.
-        let now = now.max(crate::clock::now_ms());
+        let now = writer.date(now).await;
         let statements = Store::<Sqlite>::finish_batch_statements();
         let (before, last) = batch.split_at(batch.len().saturating_sub(FINISH_CHUNK));
         let m = last.len();

@@ -47,7 +47,7 @@ use crate::domain::UnixMs;
 
 /// What differs between SQLite and PostgreSQL; everything else is [`Store`]'s shared SQL.
 pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
-    type DB: Database<QueryResult: RowsAffected>;
+    type DB: Database<QueryResult: RowsAffected> + super::write::Pipeline;
 
     const BACKEND: Backend;
 

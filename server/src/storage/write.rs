@@ -18,6 +18,11 @@
 //! errors returned with `?`, panics, and futures dropped mid-write (a client that hung
 //! up). The pool opens a fresh connection in its place.
 //!
+//! On SQLite a transaction written as one string holds the gate only until its string is
+//! queued on the connection's thread ([`Writer::run_transaction_batch`]), so writers'
+//! strings run back to back there, in the gate's order; a writer of the other connection,
+//! and one that dates rate slots ([`Writer::date`]), first waits for them to end.
+//!
 //! On SQLite the gate keeps the writers' connections itself, one per [`Durability`], taken
 //! out of the pools once ([`PoolConnection::detach`]): writers go one at a time anyway, and
 //! a connection handed back to a sqlx pool is pinged on the way in, by a task spawned for
@@ -32,10 +37,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use sqlx::pool::PoolConnection;
 use sqlx::query::{Query, QueryAs};
 use sqlx::{Database, Executor, FromRow, IntoArguments, Pool};
-use tokio::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use super::checkpoint::Committed;
 use super::durable::WalSync;
@@ -123,6 +129,20 @@ pub struct Writes<DB: Database> {
     others: Arc<LastWrite>,
     /// Writers waiting for the gate now ([`Writer::sync_in_commit`] asks).
     queued: Arc<AtomicUsize>,
+    /// The strings sent to each kept connection and not yet answered
+    /// ([`Writer::run_transaction_batch`]), by [`Kept::index`].
+    sent: Arc<[Sent; 2]>,
+}
+
+/// The whole transactions sent to one of the gate's connections that have not answered
+/// yet: each holds a read guard of `running` until its results came; a writer of the
+/// other connection takes the write guard first (SQLite has one writer: it would wait for
+/// the lock in the busy handler's sleeps). `stale`: one of them failed or its writer went
+/// away, so the next writer replaces the connection.
+#[derive(Debug, Default)]
+struct Sent {
+    running: RwLock<()>,
+    stale: std::sync::atomic::AtomicBool,
 }
 
 /// The last time a writer not [`metered`] asked for the write path: microseconds after
@@ -191,6 +211,14 @@ impl<DB: Database> Kept<DB> {
             Durability::Engine | Durability::Deferred => &mut self.engine,
         }
     }
+
+    /// The connection's place in [`Writes::sent`], and the other's.
+    fn index(durability: Durability) -> (usize, usize) {
+        match durability {
+            Durability::Full => (0, 1),
+            Durability::Engine | Durability::Deferred => (1, 0),
+        }
+    }
 }
 
 impl<DB: Database> Writes<DB> {
@@ -207,6 +235,7 @@ impl<DB: Database> Writes<DB> {
             wal: None,
             others: Arc::default(),
             queued: Arc::default(),
+            sent: Arc::default(),
         }
     }
 
@@ -276,6 +305,14 @@ impl<DB: Database> Writes<DB> {
                     let _queued = Queued::enter(&self.queued);
                     gate.lock().await
                 };
+                let (mine, other) = Kept::<DB>::index(durability);
+                // SQLite has one writer: what was sent to the other connection ends first.
+                drop(self.sent[other].running.write().await);
+                if self.sent[mine].stale.swap(false, Ordering::AcqRel) {
+                    // Replaced once the strings sent behind the one that failed have ended.
+                    drop(self.sent[mine].running.write().await);
+                    kept.slot(durability).take();
+                }
                 // A closed pool closes what it lent out too.
                 if pool.is_closed() {
                     kept.slot(durability).take();
@@ -304,6 +341,10 @@ impl<DB: Database> Writes<DB> {
             durability,
         );
         writer.queued = self.gate.as_ref().map(|_| self.queued.as_ref());
+        writer.sent = self
+            .gate
+            .as_ref()
+            .map(|_| &self.sent[Kept::<DB>::index(durability).0]);
         Ok(writer)
     }
 }
@@ -367,6 +408,10 @@ pub struct Writer<'g, DB: Database> {
     queued: Option<&'g AtomicUsize>,
     /// Its batch syncs the WAL inside its `COMMIT` ([`Writer::sync_in_commit`]).
     synced: bool,
+    /// The strings sent to its kept connection (SQLite; `None`: no gate).
+    sent: Option<&'g Sent>,
+    /// Its own string sent and the gate given back, until its results come.
+    running: Option<RwLockReadGuard<'g, ()>>,
     /// [`Durability::metric`] of the writes it is for.
     durability: usize,
 }
@@ -388,6 +433,8 @@ impl<'g, DB: Database> Writer<'g, DB> {
             deferred,
             queued: None,
             synced: false,
+            sent: None,
+            running: None,
             durability: durability.metric(),
         }
     }
@@ -415,6 +462,19 @@ impl<'g, DB: Database> Writer<'g, DB> {
             Held::Lent(lent) => lent.replan_due(first, most),
             _ => false,
         }
+    }
+
+    /// The time to date rate slots with in this writer's transaction, taken after `now`
+    /// (the time its caller began with) and once its connection has nothing to run ahead
+    /// of it: a string [sent](Writer::run_transaction_batch) by an earlier writer may
+    /// still be queued on the connection's thread, and a slot dated before it ran would
+    /// be dated earlier than its request by that much more (docs §2.5: the windows' 25 ms
+    /// margin covers the time from a slot's date to its request).
+    pub async fn date(&mut self, now: crate::domain::UnixMs) -> crate::domain::UnixMs {
+        if let Some(sent) = self.sent {
+            drop(sent.running.write().await);
+        }
+        now.max(crate::clock::now_ms())
     }
 
     /// What a batch that opens this writer's transaction starts with ([`Writer::begin_with`]):
@@ -524,18 +584,32 @@ where
 
     /// Runs a batch of statements that opens and commits its own transaction (SQLite:
     /// `BEGIN IMMEDIATE; …; COMMIT` in one string, one round trip), with every statement's
-    /// results. The connection counts as clean only if all of it ran: a batch that failed
-    /// midway may have left its transaction open, so its connection is closed.
+    /// results. On SQLite the string is sent to the connection's thread and the gate given
+    /// back before it runs ([`Pipeline::send_whole`]): the next writer's string runs behind
+    /// it, with no hand-off between threads in between, and a transaction it leaves open
+    /// is rolled back before that. The connection counts as clean only if all of it ran: a
+    /// batch that failed midway, or was dropped, closes its connection (a kept one is
+    /// replaced by the next writer, [`Sent::stale`]).
     pub async fn run_transaction_batch<'q, A>(
         mut self,
         query: Query<'q, DB, A>,
     ) -> sqlx::Result<Vec<sqlx::Either<DB::QueryResult, DB::Row>>>
     where
         A: 'q + IntoArguments<'q, DB>,
+        DB: Pipeline,
     {
         use futures_util::TryStreamExt as _;
-        let mut all: sqlx::Result<Vec<_>> =
-            Executor::fetch_many(self.conn(), query).try_collect().await;
+        let mut all: sqlx::Result<Vec<_>> = match self.sent {
+            Some(sent) => {
+                let answer = DB::send_whole(self.conn(), query).await?;
+                // Queued on the connection's thread: the next writer's string may go
+                // behind it. The gate is given back; the connection stays with it.
+                self.running = Some(sent.running.read().await);
+                self.held = Held::Gone;
+                answer.await
+            }
+            None => Executor::fetch_many(self.conn(), query).try_collect().await,
+        };
         self.clean = all.is_ok();
         if let (true, Ok(results)) = (self.synced, &mut all) {
             debug_assert!(
@@ -575,7 +649,13 @@ impl<DB: Database> Drop for Writer<'_, DB> {
                 // Dropped, it closes (its thread ends and SQLite rolls back what was open).
                 Held::Kept(kept, durability) => drop(kept.slot(*durability).take()),
                 // Not given back: closed when the writer's fields drop.
-                Held::Lent(_) | Held::Gone => {}
+                Held::Lent(_) => {}
+                // Its string sent, the gate given back: the next writer replaces it.
+                Held::Gone => {
+                    if let Some(sent) = self.sent {
+                        sent.stale.store(true, Ordering::Release);
+                    }
+                }
             }
         } else if let Held::Lent(lent) = std::mem::replace(&mut self.held, Held::Gone) {
             lent.give_back();
@@ -591,6 +671,63 @@ impl<DB: Database> Drop for Writer<'_, DB> {
         crate::metrics::write_held(self.durability, held);
         // Outside `metered` there is nothing to count into.
         let _ = HELD.try_with(|total| total.set(total.get() + held));
+    }
+}
+
+/// A backend whose connection takes a whole transaction's string and answers its results
+/// later ([`Writer::run_transaction_batch`]).
+pub trait Pipeline: Database {
+    /// Sends `query`, a string that opens and ends its own transaction, and answers once
+    /// the connection has taken it, with its results to come: the connection may take the
+    /// next command meanwhile, which runs after it. A transaction left open when its
+    /// statements stop (one failed, or its results were dropped) is rolled back before
+    /// the next command.
+    fn send_whole<'c, 'q, A>(
+        conn: &'c mut Self::Connection,
+        query: Query<'q, Self, A>,
+    ) -> BoxFuture<'c, sqlx::Result<Answer<Self>>>
+    where
+        A: 'q + IntoArguments<'q, Self>,
+        'q: 'c;
+}
+
+/// The results of a string sent by [`Pipeline::send_whole`], to come.
+pub type Answer<DB> = BoxFuture<
+    'static,
+    sqlx::Result<Vec<sqlx::Either<<DB as Database>::QueryResult, <DB as Database>::Row>>>,
+>;
+
+impl Pipeline for sqlx::Sqlite {
+    fn send_whole<'c, 'q, A>(
+        conn: &'c mut Self::Connection,
+        query: Query<'q, Self, A>,
+    ) -> BoxFuture<'c, sqlx::Result<Answer<Self>>>
+    where
+        A: 'q + IntoArguments<'q, Self>,
+        'q: 'c,
+    {
+        Box::pin(async move {
+            let sent = conn.send_whole(query).await?;
+            Ok(Box::pin(sent.results()) as Answer<Self>)
+        })
+    }
+}
+
+/// PostgreSQL's writers have no gate to give back: the string runs, then answers.
+impl Pipeline for sqlx::Postgres {
+    fn send_whole<'c, 'q, A>(
+        conn: &'c mut Self::Connection,
+        query: Query<'q, Self, A>,
+    ) -> BoxFuture<'c, sqlx::Result<Answer<Self>>>
+    where
+        A: 'q + IntoArguments<'q, Self>,
+        'q: 'c,
+    {
+        use futures_util::TryStreamExt as _;
+        Box::pin(async move {
+            let results = Executor::fetch_many(conn, query).try_collect().await;
+            Ok(Box::pin(std::future::ready(results)) as Answer<Self>)
+        })
     }
 }
 
@@ -1098,5 +1235,160 @@ mod tests {
         writes.sync().await.unwrap();
         assert!(writes.all_synced().await);
         assert_eq!(synchronous(&writes).await, 1, "a fresh connection, NORMAL");
+    }
+
+    /// A statement that counts to three million: long enough to be running while the test
+    /// takes the next writer.
+    const SLOW: &str = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
+                        WHERE i < 3000000) SELECT COUNT(*) FROM n";
+
+    /// A writer's string is sent and the gate given back before it runs: the next writer
+    /// takes the gate while it runs and sends its own behind it, which runs after it; a
+    /// writer that dates rate slots waits for the strings ahead of it to end; a writer of
+    /// the other connection waits for them too (SQLite has one writer).
+    #[tokio::test]
+    async fn a_string_sent_gives_back_the_gate_and_the_next_runs_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "p.db").await;
+        let writes = Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"));
+        let slow = format!(
+            "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'01'); {SLOW}; \
+             INSERT INTO t (v) VALUES (x'02'); COMMIT"
+        );
+        let first = async {
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            writer.run_transaction_batch(sqlx::query(&slow)).await
+        };
+        let second = async {
+            tokio::task::yield_now().await;
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            // The first string is still running: nothing of it is committed yet.
+            assert!(
+                stored(&pool).await.is_empty(),
+                "the gate was held to the end"
+            );
+            let results = writer
+                .run_transaction_batch(sqlx::query(
+                    "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'03'); COMMIT",
+                ))
+                .await
+                .unwrap();
+            assert_eq!(results.len(), 3);
+            // Ran behind the first.
+            assert_eq!(stored(&pool).await, [[1u8], [2], [3]]);
+
+            // Sent again behind a slow one: a writer that dates waits for it to end.
+            let slow_again = writes.writer(Durability::Engine).await.unwrap();
+            let sent = slow_again.run_transaction_batch(sqlx::query(
+                "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'04'); \
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
+                 WHERE i < 3000000) SELECT COUNT(*) FROM n; COMMIT",
+            ));
+            let dating = async {
+                tokio::task::yield_now().await;
+                let mut writer = writes.writer(Durability::Engine).await.unwrap();
+                assert_eq!(stored(&pool).await.len(), 3, "the slow one still runs");
+                writer.date(0).await;
+                assert_eq!(stored(&pool).await.len(), 4, "dated after it ended");
+            };
+            let (sent, ()) = tokio::join!(sent, dating);
+            sent.unwrap();
+
+            // And once more: a writer of the other connection waits for it too.
+            let slow_again = writes.writer(Durability::Engine).await.unwrap();
+            let sent = slow_again.run_transaction_batch(sqlx::query(
+                "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'05'); \
+                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
+                 WHERE i < 3000000) SELECT COUNT(*) FROM n; COMMIT",
+            ));
+            let other = async {
+                tokio::task::yield_now().await;
+                let mut writer = writes.writer(Durability::Full).await.unwrap();
+                assert_eq!(
+                    stored(&pool).await.len(),
+                    5,
+                    "it waited for the other's end"
+                );
+                let tx = writer.begin().await.unwrap();
+                tx.commit().await.unwrap();
+            };
+            let (sent, ()) = tokio::join!(sent, other);
+            sent.unwrap();
+        };
+        let (first, ()) = tokio::join!(first, second);
+        assert_eq!(first.unwrap().len(), 6);
+    }
+
+    /// A string that fails midway, its transaction still open, or whose caller goes away
+    /// while it runs, is rolled back by the connection's thread before the string sent
+    /// behind it, which commits; the next writer after it takes a fresh connection.
+    #[tokio::test]
+    async fn a_string_that_fails_or_is_abandoned_is_rolled_back_before_the_one_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = one_connection_pool(&dir, "f.db").await;
+        let writes = Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"));
+        let writer = writes.writer(Durability::Engine).await.unwrap();
+        writer
+            .execute(sqlx::query("CREATE TEMP TABLE mine (v INTEGER)"))
+            .await
+            .unwrap();
+        // A missing table fails the statement and leaves the transaction open.
+        let failing = format!(
+            "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'01'); {SLOW}; \
+             INSERT INTO nowhere (v) VALUES (1); COMMIT"
+        );
+        let abandoned = format!(
+            "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'02'); {SLOW}; \
+             INSERT INTO t (v) VALUES (x'03'); COMMIT"
+        );
+        let behind = "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'04'); COMMIT";
+        let failed = async {
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            writer.run_transaction_batch(sqlx::query(&failing)).await
+        };
+        let sent_behind = async {
+            tokio::task::yield_now().await;
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            writer.run_transaction_batch(sqlx::query(behind)).await
+        };
+        let (failed, sent_behind) = tokio::join!(failed, sent_behind);
+        assert!(failed.is_err());
+        assert_eq!(sent_behind.unwrap().len(), 3);
+        assert_eq!(stored(&pool).await, [[4u8]]);
+
+        // Given up after 20 ms, while its string runs, with another sent behind it.
+        let gone = async {
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            tokio::time::timeout(
+                Duration::from_millis(20),
+                writer.run_transaction_batch(sqlx::query(&abandoned)),
+            )
+            .await
+        };
+        let sent_behind = async {
+            tokio::task::yield_now().await;
+            let writer = writes.writer(Durability::Engine).await.unwrap();
+            writer.run_transaction_batch(sqlx::query(behind)).await
+        };
+        let (gone, sent_behind) = tokio::join!(gone, sent_behind);
+        assert!(
+            gone.is_err(),
+            "it ended within 20 ms: the test needs a slower one"
+        );
+        assert_eq!(sent_behind.unwrap().len(), 3);
+        assert_eq!(stored(&pool).await, [[4u8], [4]]);
+
+        // The connection that saw them is replaced: its temporary table went with it.
+        let writer = writes.writer(Durability::Engine).await.unwrap();
+        assert!(writer
+            .execute(sqlx::query("INSERT INTO mine (v) VALUES (1)"))
+            .await
+            .is_err());
+        let writer = writes.writer(Durability::Engine).await.unwrap();
+        writer
+            .run_transaction_batch(sqlx::query(behind))
+            .await
+            .unwrap();
+        assert_eq!(stored(&pool).await, [[4u8], [4], [4]]);
     }
 }

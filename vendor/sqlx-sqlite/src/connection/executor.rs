@@ -98,3 +98,39 @@ impl<'c> Executor<'c> for &'c mut SqliteConnection {
         Box::pin(self.worker.describe(sql))
     }
 }
+
+/// PartyFlow's patch: a whole transaction sent to the connection's thread, its results to
+/// come ([`SqliteConnection::send_whole`]).
+#[must_use = "its results say whether it committed"]
+pub struct SentWhole {
+    rx: flume::Receiver<Result<Either<SqliteQueryResult, SqliteRow>, Error>>,
+}
+
+impl SentWhole {
+    /// Every statement's result, in order, or the first error.
+    pub async fn results(self) -> Result<Vec<Either<SqliteQueryResult, SqliteRow>>, Error> {
+        self.rx.into_stream().try_collect().await
+    }
+}
+
+impl SqliteConnection {
+    /// PartyFlow's patch: sends `query`, a string of statements that opens and ends its own
+    /// transaction (`BEGIN IMMEDIATE; …; COMMIT`), to the connection's thread and answers
+    /// once it is queued there, before it runs: the connection may take its next command
+    /// at once, which runs after this one. If the transaction is still open when its
+    /// statements stop (one failed, or the [`SentWhole`] was dropped), the connection's
+    /// thread rolls it back before the next command.
+    pub async fn send_whole<'q, E>(&mut self, mut query: E) -> Result<SentWhole, Error>
+    where
+        E: Execute<'q, Sqlite>,
+    {
+        let sql = query.sql();
+        let arguments = query.take_arguments().map_err(Error::Encode)?;
+        let persistent = query.persistent() && arguments.is_some();
+        let rx = self
+            .worker
+            .execute_whole(sql, arguments, self.row_channel_size, persistent, None, true)
+            .await?;
+        Ok(SentWhole { rx })
+    }
+}

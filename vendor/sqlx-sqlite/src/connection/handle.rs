@@ -4,7 +4,8 @@ use std::ptr::NonNull;
 
 use crate::error::Error;
 use libsqlite3_sys::{
-    sqlite3, sqlite3_close, sqlite3_exec, sqlite3_last_insert_rowid, SQLITE_LOCKED_SHAREDCACHE,
+    sqlite3, sqlite3_close, sqlite3_exec, sqlite3_get_autocommit, sqlite3_last_insert_rowid,
+    SQLITE_LOCKED_SHAREDCACHE,
     SQLITE_OK,
 };
 
@@ -44,6 +45,13 @@ impl ConnectionHandle {
     pub(crate) fn last_insert_rowid(&mut self) -> i64 {
         // SAFETY: we have exclusive access to the database handle
         unsafe { sqlite3_last_insert_rowid(self.as_ptr()) }
+    }
+
+    /// PartyFlow's patch: whether a transaction is open (the connection is not in
+    /// autocommit mode).
+    pub(crate) fn in_transaction(&mut self) -> bool {
+        // SAFETY: we have exclusive access to the database handle
+        unsafe { sqlite3_get_autocommit(self.as_ptr()) == 0 }
     }
 
     pub(crate) fn last_error(&mut self) -> Option<SqliteError> {

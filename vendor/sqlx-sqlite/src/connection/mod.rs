@@ -36,6 +36,7 @@ pub(crate) mod describe;
 pub(crate) mod establish;
 pub(crate) mod execute;
 mod executor;
+pub use executor::SentWhole;
 mod explain;
 mod handle;
 pub(crate) mod intmap;

@@ -66,6 +66,9 @@ enum Command {
         persistent: bool,
         tx: flume::Sender<Result<Either<SqliteQueryResult, SqliteRow>, Error>>,
         limit: Option<usize>,
+        /// PartyFlow's patch: a whole transaction, rolled back at its end if it is still
+        /// open (a statement failed, or its caller went away).
+        whole: bool,
     },
     Serialize {
         schema: Option<SchemaName>,
@@ -205,7 +208,8 @@ impl ConnectionWorker {
                             arguments,
                             persistent,
                             tx,
-                            limit
+                            limit,
+                            whole,
                         } => {
                             let iter = match execute::iter(&mut conn, &query, arguments, persistent)
                             {
@@ -250,6 +254,19 @@ impl ConnectionWorker {
                                     }
                                     burst.flush();
                                 },
+                            }
+
+                            // PartyFlow's patch: the next command may have been sent
+                            // behind this one without waiting for its end, so a whole
+                            // transaction that did not end (a statement failed, or its
+                            // caller went away) is rolled back now; a connection that
+                            // cannot is shut, as upstream does after a failed ROLLBACK.
+                            if whole && conn.handle.in_transaction() {
+                                if let Err(error) = conn.handle.exec("ROLLBACK") {
+                                    tracing::error!(%error, "failed to roll back an unfinished transaction");
+                                    tx.send(Err(error)).ok();
+                                    break;
+                                }
                             }
 
                             update_cached_statements_size(&conn, &shared.cached_statements_size);
@@ -406,6 +423,21 @@ impl ConnectionWorker {
         persistent: bool,
         limit: Option<usize>,
     ) -> Result<flume::Receiver<Result<Either<SqliteQueryResult, SqliteRow>, Error>>, Error> {
+        self.execute_whole(query, args, chan_size, persistent, limit, false)
+            .await
+    }
+
+    /// PartyFlow's patch: [`Self::execute`], of a whole transaction when `whole` (see
+    /// `Command::Execute`).
+    pub(crate) async fn execute_whole(
+        &mut self,
+        query: &str,
+        args: Option<SqliteArguments<'_>>,
+        chan_size: usize,
+        persistent: bool,
+        limit: Option<usize>,
+        whole: bool,
+    ) -> Result<flume::Receiver<Result<Either<SqliteQueryResult, SqliteRow>, Error>>, Error> {
         let (tx, rx) = flume::bounded(chan_size);
 
         self.command_tx
@@ -416,6 +448,7 @@ impl ConnectionWorker {
                     persistent,
                     tx,
                     limit,
+                    whole,
                 },
                 Span::current(),
             ))
