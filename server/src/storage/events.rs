@@ -1074,7 +1074,7 @@ where
     /// round trips (`BEGIN`, the event, the subscribers, the deliveries, `COMMIT`).
     /// `None` when the subscribers changed: nothing was written.
     async fn publish_as_read(
-        mut writer: super::write::Writer<'_, D::DB>,
+        writer: super::write::Writer<'_, D::DB>,
         new: &NewEvent,
         now: UnixMs,
         read: &ReadSubscribers,
@@ -1161,7 +1161,7 @@ where
                 ..(*claim).clone()
             };
             // The slots are dated when the write lock is held.
-            let now = writer.date(now).await;
+            let now = now.max(crate::clock::now_ms());
             query = D::bind_claim_for(query, &next, now)?.bind(event_id);
         }
         let results = writer.run_transaction_batch(query).await?;

@@ -529,7 +529,7 @@ where
         if D::BACKEND == Backend::Sqlite && wanted <= RATE_ROWS_PER_INSERT {
             // The whole transaction in one string, one round trip: `BEGIN`, the slots, when
             // the oldest frees, `COMMIT`.
-            let now = writer.date(now).await;
+            let now = now.max(crate::clock::now_ms());
             let sql = format!(
                 "{}{}; SELECT MIN(at) FROM rate_events WHERE key = $1; COMMIT",
                 writer.opening(),
@@ -1409,10 +1409,22 @@ fn slots_batch(wanted: i64) -> String {
         "INSERT INTO rate_keys (key, touched_at) VALUES ($1, $2) \
          ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at; \
          DELETE FROM rate_events WHERE key = $1 AND at <= $3; \
-         INSERT INTO rate_events (key, at) SELECT $1, $2 FROM (VALUES {}) AS v \
+         INSERT INTO rate_events (key, at) SELECT $1, {} FROM (VALUES {}) AS v \
          WHERE v.column1 <= $4 - (SELECT taken FROM rate_keys WHERE key = $1)",
+        slot_date("$2"),
         numbers.join(", ")
     )
+}
+
+/// What a rate slot is dated with on SQLite: `now` (the time its writer began with), or,
+/// if later, SQLite's clock as the statement runs (the same wall clock, `unixepoch`).
+/// A string may wait on the connection's thread behind the strings sent before it
+/// ([`super::write::Writer::run_transaction_batch`]); a slot dated before it ran would be
+/// dated earlier than its request by that wait, and the windows' 25 ms margin covers only
+/// the time from a slot's date to its request (docs §2.5). The window's old slots are
+/// still dropped by `now`, which only keeps more of them.
+pub(super) fn slot_date(now: &str) -> String {
+    format!("MAX({now}, CAST(unixepoch('subsec') * 1000 AS INTEGER))")
 }
 
 /// The milliseconds until a slot of a window frees, from its oldest slot (`None`: none

@@ -18,7 +18,7 @@ use super::destinations::{DestinationRow, DESTINATION};
 use super::durable::WalSync;
 use super::queue::{
     claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, renumbered,
-    ClaimedRow, FINISH_CHUNK, FINISH_PARAMETERS,
+    slot_date, ClaimedRow, FINISH_CHUNK, FINISH_PARAMETERS,
 };
 use super::reads::Reads;
 use super::store::{convert_all, Dialect, Store};
@@ -127,7 +127,7 @@ impl Dialect for Sqlite {
     /// connection's thread. SQLite has a single writer (the gate and `BEGIN IMMEDIATE`
     /// make claims one at a time), so the in-flight count it reads is exact.
     async fn claim(
-        mut writer: Writer<'_, sqlx::Sqlite>,
+        writer: Writer<'_, sqlx::Sqlite>,
         now: UnixMs,
         limit: i64,
         lease_margin_ms: i64,
@@ -135,7 +135,7 @@ impl Dialect for Sqlite {
         _claimer: &str,
     ) -> Result<Claimed> {
         // The slots are dated when the write lock is held, not when it was asked for.
-        let now = writer.date(now).await;
+        let now = now.max(crate::clock::now_ms());
         let choice = claim_choice(Self::DUE_INDEX);
         let sql = format!(
             "BEGIN IMMEDIATE; {}",
@@ -169,12 +169,12 @@ impl Dialect for Sqlite {
     /// in flight; then, as [`Dialect::claim`], the whole claim as one batch of statements
     /// (a loop of three statements per destination once cost more than the claim itself).
     async fn claim_for(
-        mut writer: Writer<'_, sqlx::Sqlite>,
+        writer: Writer<'_, sqlx::Sqlite>,
         next: &ClaimNext,
         now: UnixMs,
         _claimer: &str,
     ) -> Result<Claimed> {
-        let now = writer.date(now).await;
+        let now = now.max(crate::clock::now_ms());
         let sql = format!("BEGIN IMMEDIATE; {}", claim_for_batch());
         let query = bind_claim_for(sqlx::query(&sql), next, now)?;
         let results = writer.run_transaction_batch(query).await?;
@@ -199,7 +199,7 @@ impl Dialect for Sqlite {
         next: &ClaimNext,
     ) -> Result<(Vec<FinishEffects>, Claimed)> {
         // The slots are dated when the write lock is held, not when it was asked for.
-        let now = writer.date(now).await;
+        let now = now.max(crate::clock::now_ms());
         let statements = Store::<Sqlite>::finish_batch_statements();
         let (before, last) = batch.split_at(batch.len().saturating_sub(FINISH_CHUNK));
         let m = last.len();
@@ -383,6 +383,7 @@ fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ");
     let key = "'plan:' || space_id";
+    let dated = slot_date(now);
     let until = format!(
         "{now} + MIN({window}, MAX(1, COALESCE((SELECT MIN(r.at) FROM rate_events r \
            WHERE r.key = 'plan:' || deliveries.space_id), {now}) + {window} - {now}))"
@@ -403,7 +404,7 @@ fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
            (SELECT CASE s.plan {limit} END FROM spaces s WHERE s.id = claim_batch.space_id) \
            - (SELECT taken FROM rate_keys k WHERE k.key = 'plan:' || claim_batch.space_id); \
          INSERT INTO rate_events (key, at) \
-           SELECT {key}, {now} FROM temp.claim_batch WHERE n <= allowed; \
+           SELECT {key}, {dated} FROM temp.claim_batch WHERE n <= allowed; \
          {claimed}; \
          UPDATE deliveries SET next_attempt_at = {until}, last_error_class = 'rate_limited', \
            updated_at = {now} \
@@ -561,4 +562,58 @@ pub async fn vacuum(pool: &RawPool) -> anyhow::Result<Vacuumed> {
         bytes_before,
         bytes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::write::Durability;
+    use crate::storage::{DispatchQueue as _, Storage as _};
+
+    /// A rate slot is dated as its string runs on the connection's thread, not when its
+    /// writer built it: taken while a slow string runs ahead of it, it is dated after that
+    /// one, although its writer began before.
+    #[tokio::test]
+    async fn a_rate_slot_sent_behind_a_slow_string_is_dated_when_it_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("d.db").display());
+        let store = Store::<Sqlite>::connect(&url).await.unwrap();
+        store.migrate().await.unwrap();
+        let slow = "BEGIN IMMEDIATE; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL \
+                    SELECT i + 1 FROM n WHERE i < 3000000) SELECT COUNT(*) FROM n; COMMIT";
+        let began = crate::clock::now_ms();
+        let ahead = async {
+            let writer = store.writes.writer(Durability::Engine).await.unwrap();
+            writer
+                .run_transaction_batch(sqlx::query(slow))
+                .await
+                .unwrap();
+            crate::clock::now_ms()
+        };
+        let slot = async {
+            tokio::task::yield_now().await;
+            store
+                .take_rate_slots("dst:dated", 1, 5, 1_000, began)
+                .await
+                .unwrap()
+        };
+        let (ended, slot) = tokio::join!(ahead, slot);
+        assert_eq!(slot, (1, 0));
+        assert!(
+            ended - began >= 50,
+            "the slow string took {} ms: the test needs a slower one",
+            ended - began
+        );
+        let (at,): (i64,) = sqlx::query_as("SELECT at FROM rate_events WHERE key = 'dst:dated'")
+            .fetch_one(&SqlitePool::connect(&url).await.unwrap())
+            .await
+            .unwrap();
+        // Dated once the slow string had ended (seen by its writer a little later).
+        assert!(
+            at + 20 >= ended,
+            "dated {} ms after it began, the slow string ended {} ms after",
+            at - began,
+            ended - began
+        );
+    }
 }

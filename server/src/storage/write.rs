@@ -20,8 +20,9 @@
 //!
 //! On SQLite a transaction written as one string holds the gate only until its string is
 //! queued on the connection's thread ([`Writer::run_transaction_batch`]), so writers'
-//! strings run back to back there, in the gate's order; a writer of the other connection,
-//! and one that dates rate slots ([`Writer::date`]), first waits for them to end.
+//! strings run back to back there, in the gate's order; a writer of the other connection
+//! first waits for them to end. (What must be dated when it runs, such as a rate slot, is
+//! dated by SQLite in the string: [`super::queue::slot_date`].)
 //!
 //! On SQLite the gate keeps the writers' connections itself, one per [`Durability`], taken
 //! out of the pools once ([`PoolConnection::detach`]): writers go one at a time anyway, and
@@ -462,19 +463,6 @@ impl<'g, DB: Database> Writer<'g, DB> {
             Held::Lent(lent) => lent.replan_due(first, most),
             _ => false,
         }
-    }
-
-    /// The time to date rate slots with in this writer's transaction, taken after `now`
-    /// (the time its caller began with) and once its connection has nothing to run ahead
-    /// of it: a string [sent](Writer::run_transaction_batch) by an earlier writer may
-    /// still be queued on the connection's thread, and a slot dated before it ran would
-    /// be dated earlier than its request by that much more (docs §2.5: the windows' 25 ms
-    /// margin covers the time from a slot's date to its request).
-    pub async fn date(&mut self, now: crate::domain::UnixMs) -> crate::domain::UnixMs {
-        if let Some(sent) = self.sent {
-            drop(sent.running.write().await);
-        }
-        now.max(crate::clock::now_ms())
     }
 
     /// What a batch that opens this writer's transaction starts with ([`Writer::begin_with`]):
@@ -1244,8 +1232,7 @@ mod tests {
 
     /// A writer's string is sent and the gate given back before it runs: the next writer
     /// takes the gate while it runs and sends its own behind it, which runs after it; a
-    /// writer that dates rate slots waits for the strings ahead of it to end; a writer of
-    /// the other connection waits for them too (SQLite has one writer).
+    /// writer of the other connection waits for it to end (SQLite has one writer).
     #[tokio::test]
     async fn a_string_sent_gives_back_the_gate_and_the_next_runs_behind_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -1277,27 +1264,10 @@ mod tests {
             // Ran behind the first.
             assert_eq!(stored(&pool).await, [[1u8], [2], [3]]);
 
-            // Sent again behind a slow one: a writer that dates waits for it to end.
+            // Sent again behind a slow one: a writer of the other connection waits for it.
             let slow_again = writes.writer(Durability::Engine).await.unwrap();
             let sent = slow_again.run_transaction_batch(sqlx::query(
                 "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'04'); \
-                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
-                 WHERE i < 3000000) SELECT COUNT(*) FROM n; COMMIT",
-            ));
-            let dating = async {
-                tokio::task::yield_now().await;
-                let mut writer = writes.writer(Durability::Engine).await.unwrap();
-                assert_eq!(stored(&pool).await.len(), 3, "the slow one still runs");
-                writer.date(0).await;
-                assert_eq!(stored(&pool).await.len(), 4, "dated after it ended");
-            };
-            let (sent, ()) = tokio::join!(sent, dating);
-            sent.unwrap();
-
-            // And once more: a writer of the other connection waits for it too.
-            let slow_again = writes.writer(Durability::Engine).await.unwrap();
-            let sent = slow_again.run_transaction_batch(sqlx::query(
-                "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'05'); \
                  WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
                  WHERE i < 3000000) SELECT COUNT(*) FROM n; COMMIT",
             ));
@@ -1306,7 +1276,7 @@ mod tests {
                 let mut writer = writes.writer(Durability::Full).await.unwrap();
                 assert_eq!(
                     stored(&pool).await.len(),
-                    5,
+                    4,
                     "it waited for the other's end"
                 );
                 let tx = writer.begin().await.unwrap();
