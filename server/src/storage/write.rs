@@ -139,7 +139,8 @@ pub struct Writes<DB: Database> {
 /// yet: each holds a read guard of `running` until its results came; a writer of the
 /// other connection takes the write guard first (SQLite has one writer: it would wait for
 /// the lock in the busy handler's sleeps). `stale`: one of them failed or its writer went
-/// away, so the next writer replaces the connection.
+/// away, or a writer left the connection unclean, so the next writer waits for those
+/// still running and replaces the connection.
 #[derive(Debug, Default)]
 struct Sent {
     running: RwLock<()>,
@@ -478,7 +479,8 @@ impl<'g, DB: Database> Writer<'g, DB> {
     }
 
     /// A [`Durability::Deferred`] writer on SQLite with no other writer waiting for the
-    /// gate (a publish at low load): its batch is committed with `synchronous = FULL`, the
+    /// gate and no string [sent](Writer::run_transaction_batch) before it still running
+    /// (a publish at low load): its batch is committed with `synchronous = FULL`, the
     /// WAL synced inside its `COMMIT` on the connection's thread, instead of after the
     /// gate on a blocking thread ([`super::durable`]): one hand-off between threads and
     /// back fewer, and nobody waits behind the gate meanwhile (one who comes waits for
@@ -486,9 +488,14 @@ impl<'g, DB: Database> Writer<'g, DB> {
     /// [`Writer::after_commit`], and go through [`Writer::run_transaction_batch`].
     /// Says whether it will.
     pub fn sync_in_commit(&mut self) -> bool {
+        // Nobody waits for the gate, and no string sent before runs on the connection
+        // (the strings sent behind would wait for the sync).
         let alone = self
             .queued
-            .is_some_and(|queued| queued.load(Ordering::Acquire) == 0);
+            .is_some_and(|queued| queued.load(Ordering::Acquire) == 0)
+            && self
+                .sent
+                .is_some_and(|sent| sent.running.try_write().is_ok());
         self.synced = alone && self.deferred.is_some() && self.begin.is_some();
         self.synced
     }
@@ -634,8 +641,15 @@ impl<DB: Database> Drop for Writer<'_, DB> {
         if !self.clean {
             match &mut self.held {
                 Held::Pooled(conn) => conn.close_on_drop(),
-                // Dropped, it closes (its thread ends and SQLite rolls back what was open).
-                Held::Kept(kept, durability) => drop(kept.slot(*durability).take()),
+                // Dropped, it closes (its thread ends and SQLite rolls back what was open),
+                // once the strings sent to it before have run: the next writer waits for
+                // them before it opens another.
+                Held::Kept(kept, durability) => {
+                    drop(kept.slot(*durability).take());
+                    if let Some(sent) = self.sent {
+                        sent.stale.store(true, Ordering::Release);
+                    }
+                }
                 // Not given back: closed when the writer's fields drop.
                 Held::Lent(_) => {}
                 // Its string sent, the gate given back: the next writer replaces it.
@@ -1210,6 +1224,19 @@ mod tests {
         writes.sync().await.unwrap();
         assert!(writes.all_synced().await);
         assert_eq!(writes.syncs(), 2);
+
+        // A string sent before it still runs on the connection: deferred, as before.
+        let slow_sql = format!("BEGIN IMMEDIATE; {SLOW}; COMMIT");
+        let slow = writes.writer(Durability::Engine).await.unwrap();
+        let running = slow.run_transaction_batch(sqlx::query(&slow_sql));
+        let behind = async {
+            tokio::task::yield_now().await;
+            let mut writer = writes.writer(Durability::Deferred).await.unwrap();
+            assert!(!writer.sync_in_commit(), "a string runs ahead of it");
+            writer.execute(sqlx::query("SELECT 1")).await.unwrap();
+        };
+        let (ran, ()) = tokio::join!(running, behind);
+        ran.unwrap();
 
         // A batch that failed midway may have committed: the next sync covers it.
         let mut failed = writes.writer(Durability::Deferred).await.unwrap();
