@@ -683,14 +683,23 @@ pub trait Pipeline: Database {
     /// the connection has taken it, with its results to come: the connection may take the
     /// next command meanwhile, which runs after it. A transaction left open when its
     /// statements stop (one failed, or its results were dropped) is rolled back before
-    /// the next command.
+    /// the next command. By default (PostgreSQL, whose writers have no gate to give back)
+    /// the string runs, then answers.
     fn send_whole<'c, 'q, A>(
         conn: &'c mut Self::Connection,
         query: Query<'q, Self, A>,
     ) -> BoxFuture<'c, sqlx::Result<Answer<Self>>>
     where
         A: 'q + IntoArguments<'q, Self>,
-        'q: 'c;
+        'q: 'c,
+        for<'e> &'e mut Self::Connection: Executor<'e, Database = Self>,
+    {
+        use futures_util::TryStreamExt as _;
+        Box::pin(async move {
+            let results = Executor::fetch_many(conn, query).try_collect().await;
+            Ok(Box::pin(std::future::ready(results)) as Answer<Self>)
+        })
+    }
 }
 
 /// The results of a string sent by [`Pipeline::send_whole`], to come.
@@ -715,23 +724,7 @@ impl Pipeline for sqlx::Sqlite {
     }
 }
 
-/// PostgreSQL's writers have no gate to give back: the string runs, then answers.
-impl Pipeline for sqlx::Postgres {
-    fn send_whole<'c, 'q, A>(
-        conn: &'c mut Self::Connection,
-        query: Query<'q, Self, A>,
-    ) -> BoxFuture<'c, sqlx::Result<Answer<Self>>>
-    where
-        A: 'q + IntoArguments<'q, Self>,
-        'q: 'c,
-    {
-        use futures_util::TryStreamExt as _;
-        Box::pin(async move {
-            let results = Executor::fetch_many(conn, query).try_collect().await;
-            Ok(Box::pin(std::future::ready(results)) as Answer<Self>)
-        })
-    }
-}
+impl Pipeline for sqlx::Postgres {}
 
 /// A write transaction on a [`Writer`]'s connection. Use it as the connection
 /// (`&mut **tx` is an executor); end it with [`WriteTx::commit`], [`WriteTx::commit_with`]
@@ -949,17 +942,28 @@ mod tests {
         assert_eq!(n, 3);
     }
 
-    #[tokio::test]
-    async fn the_gate_keeps_its_connection_and_replaces_one_whose_commit_failed() {
-        let dir = tempfile::tempdir().unwrap();
-        let pool = one_connection_pool(&dir, "k.db").await;
+    /// A gate over [`one_connection_pool`] whose kept engine connection has a temporary
+    /// table `mine`: it lives as long as its connection, so a writer that sees it has the
+    /// same connection, and one that does not has a fresh one.
+    async fn gate_with_a_temporary_table(
+        dir: &tempfile::TempDir,
+        name: &str,
+    ) -> (SqlitePool, Writes<sqlx::Sqlite>) {
+        let pool = one_connection_pool(dir, name).await;
         let writes = Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"));
-        // A temporary table lives as long as its connection: the next writer sees it.
         let writer = writes.writer(Durability::Engine).await.unwrap();
         writer
             .execute(sqlx::query("CREATE TEMP TABLE mine (v INTEGER)"))
             .await
             .unwrap();
+        (pool, writes)
+    }
+
+    #[tokio::test]
+    async fn the_gate_keeps_its_connection_and_replaces_one_whose_commit_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pool, writes) = gate_with_a_temporary_table(&dir, "k.db").await;
+        // The next writer sees the temporary table: the same connection.
         let writer = writes.writer(Durability::Engine).await.unwrap();
         writer
             .execute(sqlx::query("INSERT INTO mine (v) VALUES (1)"))
@@ -1322,13 +1326,7 @@ mod tests {
     #[tokio::test]
     async fn a_string_that_fails_or_is_abandoned_is_rolled_back_before_the_one_behind_it() {
         let dir = tempfile::tempdir().unwrap();
-        let pool = one_connection_pool(&dir, "f.db").await;
-        let writes = Writes::new(pool.clone(), pool.clone(), true, Some("BEGIN IMMEDIATE"));
-        let writer = writes.writer(Durability::Engine).await.unwrap();
-        writer
-            .execute(sqlx::query("CREATE TEMP TABLE mine (v INTEGER)"))
-            .await
-            .unwrap();
+        let (pool, writes) = gate_with_a_temporary_table(&dir, "f.db").await;
         // A missing table fails the statement and leaves the transaction open.
         let failing = format!(
             "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'01'); {SLOW}; \
