@@ -579,13 +579,12 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("d.db").display());
         let store = Store::<Sqlite>::connect(&url).await.unwrap();
         store.migrate().await.unwrap();
-        let slow = "BEGIN IMMEDIATE; WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL \
-                    SELECT i + 1 FROM n WHERE i < 3000000) SELECT COUNT(*) FROM n; COMMIT";
+        let slow = format!("BEGIN IMMEDIATE; {}; COMMIT", crate::storage::write::SLOW);
         let began = crate::clock::now_ms();
         let ahead = async {
             let writer = store.writes.writer(Durability::Engine).await.unwrap();
             writer
-                .run_transaction_batch(sqlx::query(slow))
+                .run_transaction_batch(sqlx::query(&slow))
                 .await
                 .unwrap();
             crate::clock::now_ms()

@@ -342,11 +342,10 @@ impl<DB: Database> Writes<DB> {
             deferred,
             durability,
         );
-        writer.queued = self.gate.as_ref().map(|_| self.queued.as_ref());
-        writer.sent = self
-            .gate
-            .as_ref()
-            .map(|_| &self.sent[Kept::<DB>::index(durability).0]);
+        if self.gate.is_some() {
+            writer.queued = Some(&self.queued);
+            writer.sent = Some(&self.sent[Kept::<DB>::index(durability).0]);
+        }
         Ok(writer)
     }
 }
@@ -804,6 +803,12 @@ impl<DB: Database> DerefMut for WriteTx<'_, DB> {
     }
 }
 
+/// For tests: a statement that counts to three million, long enough to be running while
+/// a test does something else (takes the next writer, goes away).
+#[cfg(test)]
+pub(super) const SLOW: &str = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 \
+                               FROM n WHERE i < 3000000) SELECT COUNT(*) FROM n";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1100,11 +1105,9 @@ mod tests {
     async fn a_string_of_statements_whose_caller_went_away_stops_before_its_commit() {
         let dir = tempfile::tempdir().unwrap();
         let pool = one_connection_pool(&dir, "w.db").await;
-        // Counts to three million: long enough to be running when the caller goes away.
-        let slow = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
-                    WHERE i < 3000000) SELECT COUNT(*) FROM n";
+        // Long enough to be running when the caller goes away.
         let batch = format!(
-            "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'01'); {slow}; \
+            "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'01'); {SLOW}; \
              INSERT INTO t (v) VALUES (x'02'); COMMIT"
         );
         let abandoned = async {
@@ -1256,11 +1259,6 @@ mod tests {
         assert_eq!(synchronous(&writes).await, 1, "a fresh connection, NORMAL");
     }
 
-    /// A statement that counts to three million: long enough to be running while the test
-    /// takes the next writer.
-    const SLOW: &str = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
-                        WHERE i < 3000000) SELECT COUNT(*) FROM n";
-
     /// A writer's string is sent and the gate given back before it runs: the next writer
     /// takes the gate while it runs and sends its own behind it, which runs after it; a
     /// writer of the other connection waits for it to end (SQLite has one writer).
@@ -1297,11 +1295,8 @@ mod tests {
 
             // Sent again behind a slow one: a writer of the other connection waits for it.
             let slow_again = writes.writer(Durability::Engine).await.unwrap();
-            let sent = slow_again.run_transaction_batch(sqlx::query(
-                "BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'04'); \
-                 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n \
-                 WHERE i < 3000000) SELECT COUNT(*) FROM n; COMMIT",
-            ));
+            let sql = format!("BEGIN IMMEDIATE; INSERT INTO t (v) VALUES (x'04'); {SLOW}; COMMIT");
+            let sent = slow_again.run_transaction_batch(sqlx::query(&sql));
             let other = async {
                 tokio::task::yield_now().await;
                 let mut writer = writes.writer(Durability::Full).await.unwrap();
