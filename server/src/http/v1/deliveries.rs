@@ -7,7 +7,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use super::extract::{not_an_object, ApiJson, Caller};
+use super::extract::{json_whitespace, not_an_object, ApiJson, Caller};
 use super::openapi::{
     BadRequest, DeliveryPath, InternalError, NotFound, PayloadTooLarge, ProjectPath, Unauthorized,
     Unprocessable, UnsupportedMediaType,
@@ -398,7 +398,7 @@ async fn replay_of(
         },
     })?;
     // The body is optional: none (or `{}`) means the whole space.
-    let body: ResendFailedBody = if body.iter().all(u8::is_ascii_whitespace) {
+    let body: ResendFailedBody = if body.iter().all(json_whitespace) {
         ResendFailedBody::default()
     } else if let Some(err) = not_an_object(&body) {
         return Err(err);

@@ -185,10 +185,17 @@ fn json_content_type(headers: &HeaderMap) -> bool {
             .is_some_and(|sub| sub.ends_with("+json"))
 }
 
+/// Whether `b` is whitespace in JSON (RFC 8259 §2: space, tab, line feed, carriage
+/// return). Not `u8::is_ascii_whitespace`, which also takes a form feed: a body of one
+/// form feed is not JSON, not an absent body.
+pub fn json_whitespace(b: &u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
 /// serde reads a struct from a JSON array too (its fields in order); every body of
 /// this API is an object, so an array is refused (422 `invalid_body`).
 pub fn not_an_object(body: &[u8]) -> Option<ApiError> {
-    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+    match body.iter().find(|b| !json_whitespace(b)) {
         Some(b'[') => Some(ApiError::invalid(
             "invalid_body",
             "the body must be a JSON object, not an array",
@@ -240,6 +247,16 @@ fn json_rejection(r: JsonRejection) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_jsons_four_whitespace_characters_are_whitespace() {
+        for b in [b' ', b'\t', b'\n', b'\r'] {
+            assert!(json_whitespace(&b), "{b}");
+        }
+        for b in [0x0c, 0x0b, b'{', 0] {
+            assert!(!json_whitespace(&b), "{b}");
+        }
+    }
 
     #[test]
     fn json_content_types_are_application_json_and_its_plus_json_kin() {
