@@ -407,7 +407,15 @@ struct Lanes(Mutex<LanesInner>);
 struct LanesInner {
     lanes: std::collections::HashMap<DestinationId, Lane>,
     stranded: std::collections::VecDeque<DestinationId>,
+    /// The destinations whose last recorded attempt left more due: the records of their
+    /// attempts claim their successors in the same transaction ([`Lanes::claims_in_record`]).
+    more_due: std::collections::HashSet<DestinationId>,
 }
+
+/// The most destinations [`LanesInner::more_due`] remembers; past it, it starts afresh
+/// (a destination deleted with more due would otherwise stay in it). Forgetting costs a
+/// record's claim at most: the next record says again that more is due.
+const MORE_DUE_AT_MOST: usize = 65_536;
 
 /// What a lane gives a worker: the delivery it goes on with (`waited`: one that waited in a
 /// lane), and the waiting ones found too old to send ([`AHEAD_WAITS_AT_MOST`]), to give back.
@@ -602,6 +610,34 @@ impl Lanes {
             .filter(|d| inner.lanes.get(d).is_some_and(|lane| lane.fast))
             .copied()
             .collect()
+    }
+
+    /// Whether the record of an attempt to `destination` should claim its successors in
+    /// its own transaction: only where the last record found more due. Elsewhere (every
+    /// destination at low load, whose publishes claim their own deliveries) a claim in the
+    /// record finds nothing, and on SQLite that claim was most of the record's cost; should
+    /// something be due after all, the record's `more_due` hints the engine, which claims.
+    fn claims_in_record(&self, destination: DestinationId) -> bool {
+        self.lock().more_due.contains(&destination)
+    }
+
+    /// Notes what the records of `ended` attempts (destination, `more_due`) found, in order.
+    fn note_more_due(&self, ended: &[(DestinationId, Option<bool>)]) {
+        let mut inner = self.lock();
+        for (destination, more_due) in ended {
+            match more_due {
+                Some(true) => {
+                    if inner.more_due.len() >= MORE_DUE_AT_MOST {
+                        inner.more_due.clear();
+                    }
+                    inner.more_due.insert(*destination);
+                }
+                Some(false) => {
+                    inner.more_due.remove(destination);
+                }
+                None => {}
+            }
+        }
     }
 
     /// Every waiting delivery (the engine stops).
@@ -1005,7 +1041,8 @@ impl Engine {
 
     /// Records a group of finished attempts in one transaction, with a claim for the slots
     /// they free (a successor for each worker, which goes on with it under the permit it
-    /// holds: no hint, no wake-up of the engine's loop, no new task). If that fails, one by
+    /// holds: no hint, no wake-up of the engine's loop, no new task) where their
+    /// destination had more due at its last record ([`Lanes::claims_in_record`]). If that fails, one by
     /// one and without successors, so one bad row does not fail its neighbours. An answer
     /// for each, in order.
     ///
@@ -1019,7 +1056,9 @@ impl Engine {
         let mut destinations: Vec<DestinationId> = Vec::new();
         if !self.stopping.load(Ordering::Relaxed) {
             for f in finished {
-                if !destinations.contains(&f.destination_id) {
+                if !destinations.contains(&f.destination_id)
+                    && self.lanes.claims_in_record(f.destination_id)
+                {
                     destinations.push(f.destination_id);
                 }
             }
@@ -1091,6 +1130,7 @@ impl Engine {
             .zip(&effects)
             .map(|(f, e)| (f.destination_id, e.more_due))
             .collect();
+        self.lanes.note_more_due(&ended);
         let got: Vec<DestinationId> = claimed
             .deliveries
             .iter()
@@ -2002,6 +2042,28 @@ mod tests {
             1,
             "what waits is given back at shutdown"
         );
+    }
+
+    #[test]
+    fn a_record_claims_only_for_destinations_whose_last_record_left_more_due() {
+        let lanes = Lanes::default();
+        let (a, b) = (DestinationId::new(), DestinationId::new());
+        assert!(!lanes.claims_in_record(a), "nothing known: no claim");
+        lanes.note_more_due(&[(a, Some(true)), (b, Some(false))]);
+        assert!(lanes.claims_in_record(a) && !lanes.claims_in_record(b));
+        // Unknown changes nothing; the last of a group wins.
+        lanes.note_more_due(&[(a, None), (b, Some(true)), (b, Some(false))]);
+        assert!(lanes.claims_in_record(a) && !lanes.claims_in_record(b));
+        lanes.note_more_due(&[(a, Some(false))]);
+        assert!(!lanes.claims_in_record(a));
+        // Bounded: past the most it remembers, it starts afresh.
+        let many: Vec<_> = (0..MORE_DUE_AT_MOST)
+            .map(|_| (DestinationId::new(), Some(true)))
+            .collect();
+        lanes.note_more_due(&many);
+        lanes.note_more_due(&[(a, Some(true))]);
+        assert!(lanes.claims_in_record(a) && !lanes.claims_in_record(many[0].0));
+        assert_eq!(lanes.lock().more_due.len(), 1);
     }
 
     #[test]

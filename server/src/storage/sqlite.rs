@@ -270,8 +270,11 @@ impl Dialect for Sqlite {
 /// correlated `IN (… LIMIT` the cap`)`, SQLite having no `LATERAL`), cut to its free
 /// slots by rank; a FIFO one's head when it has nothing in flight; then, as
 /// [`Dialect::claim`], the whole claim as one batch of statements (a loop of three
-/// statements per destination once cost more than the claim itself). Its parameters:
-/// [`bind_claim_for`].
+/// statements per destination once cost more than the claim itself). Only destinations
+/// with a delivery due take part (every due row implies one), and the destinations are
+/// read only when something was claimed: at low load an attempt's record claims for its
+/// destination and finds nothing, and that costs an index look-up, not the whole choice
+/// and a read of the destination (docs §7). Its parameters: [`bind_claim_for`].
 fn claim_for_batch() -> String {
     let choice = format!(
         "WITH targets AS ( \
@@ -280,6 +283,9 @@ fn claim_for_batch() -> String {
              (SELECT COUNT(*) FROM deliveries b \
               WHERE b.destination_id = t.value ->> 0 AND b.status = 'sending') AS busy \
            FROM json_each($1) AS t LEFT JOIN destinations dst ON dst.id = t.value ->> 0 \
+           WHERE EXISTS (SELECT 1 FROM deliveries w \
+             WHERE w.destination_id = t.value ->> 0 AND w.status IN ('pending', 'retrying') \
+               AND w.paused = FALSE AND w.next_attempt_at <= $2) \
          ), due AS ( \
            SELECT x.id, x.destination_id, x.status, x.next_attempt_at, targets.ord, targets.busy, \
              targets.cap \
@@ -314,7 +320,7 @@ fn claim_for_batch() -> String {
             window: "$8",
             plans: ["$9", "$10", "$11"],
         },
-        "SELECT value ->> 0 FROM json_each($1)",
+        "SELECT value ->> 0 FROM json_each($1) WHERE EXISTS (SELECT 1 FROM temp.claim_batch)",
     )
 }
 

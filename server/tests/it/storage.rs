@@ -777,6 +777,29 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    /// A claim for a destination with nothing due (an attempt's record at low load) claims
+    /// nothing and reads no destination; once its delivery is due, the same claim takes it
+    /// with its destination.
+    async fn a_claim_for_a_destination_with_nothing_due_takes_nothing_and_reads_nothing(db) {
+        let store = db.storage.as_ref();
+        let s = space(store, Plan::Enterprise).await;
+        let d = destination(s.id, None, DestinationStatus::Active);
+        store.create_destination(&d, None).await.unwrap();
+        // Due an hour from now (a claim is dated no earlier than the clock).
+        let later = server::clock::now_ms() + 3_600_000;
+        store.publish_event(&event(s.id, "message.created"), later).await.unwrap();
+        let limits = server::storage::ClaimLimits { per_destination: 5, retries: i64::MAX, plans: None };
+        let early = store.claim_for(&named(&[d.id], 5, limits), server::clock::now_ms()).await.unwrap();
+        assert!(early.deliveries.is_empty() && early.destinations.is_empty(), "{early:?}");
+        let due = store.claim_for(&named(&[d.id], 5, limits), later + 1).await.unwrap();
+        assert_eq!(due.deliveries.len(), 1);
+        assert_eq!(due.destinations.keys().copied().collect::<Vec<_>>(), vec![d.id]);
+        let after = store.claim_for(&named(&[d.id], 5, limits), later + 2).await.unwrap();
+        assert!(after.deliveries.is_empty() && after.destinations.is_empty(), "{after:?}");
+    }
+}
+
+on_both_backends! {
     /// A group of REST publishes (events without keys, their subscribers read with their
     /// checks) is written as read when no subscriber changed since (SQLite: one round
     /// trip); when one changed, the group writes the fan-out of the moment of its write,
