@@ -1042,9 +1042,9 @@ impl Engine {
     /// Records a group of finished attempts in one transaction, with a claim for the slots
     /// they free (a successor for each worker, which goes on with it under the permit it
     /// holds: no hint, no wake-up of the engine's loop, no new task) where their
-    /// destination had more due at its last record ([`Lanes::claims_in_record`]). If that fails, one by
-    /// one and without successors, so one bad row does not fail its neighbours. An answer
-    /// for each, in order.
+    /// destination had more due at its last record ([`Lanes::claims_in_record`]). If that
+    /// fails, one by one and without successors, so one bad row does not fail its
+    /// neighbours. An answer for each, in order.
     ///
     /// A fast destination ([`Lanes::fast`]) is claimed ahead for where the backend allows it
     /// ([`ClaimNext::ahead`]): up to a cap's worth more, which wait in its lane for a worker.

@@ -272,9 +272,10 @@ impl Dialect for Sqlite {
 /// [`Dialect::claim`], the whole claim as one batch of statements (a loop of three
 /// statements per destination once cost more than the claim itself). Only destinations
 /// with a delivery due take part (every due row implies one), and the destinations are
-/// read only when something was claimed: at low load an attempt's record claims for its
-/// destination and finds nothing, and that costs an index look-up, not the whole choice
-/// and a read of the destination (docs §7). Its parameters: [`bind_claim_for`].
+/// read only when something was claimed: a claim that finds nothing (a record's, for a
+/// destination whose due deliveries were taken meanwhile) costs an index look-up per
+/// destination, not the whole choice and a read of the destination (docs §7). Its
+/// parameters: [`bind_claim_for`].
 fn claim_for_batch() -> String {
     let choice = format!(
         "WITH targets AS ( \
