@@ -1008,7 +1008,8 @@ where
             #[allow(clippy::needless_late_init)]
             let whole: String;
             let (sql, args) = event.into_parts()?;
-            let after = claim.and_then(|_| D::claim_for_after(sqlx::Arguments::len(&args)));
+            let after =
+                claim.and_then(|_| D::claim_for_after(sqlx::Arguments::len(&args), fan.send.len()));
             whole = match &after {
                 // The claim's statements end with the `COMMIT`.
                 Some(after) => format!("{sql}; {after}"),
@@ -1100,7 +1101,7 @@ where
             .filter(|_| e.deliver_at.is_none() && !targets.is_empty())
             .and_then(|claim| {
                 let guard = 8 + usize::from(read.cached);
-                Some((claim, D::claim_for_event_after(k + guard)?))
+                Some((claim, D::claim_for_event_after(k + guard, fan.send.len())?))
             });
         let (event_type, key) = (n(3), n(9));
         let from_memory = read.cached.then_some((event_type.as_str(), key.as_str()));

@@ -140,15 +140,15 @@ impl Dialect for Sqlite {
         let sql = format!(
             "BEGIN IMMEDIATE; {}",
             claim_batch(
-                &choice,
+                &Chosen::Many(&choice),
                 &Params {
                     now: "$1",
                     margin: "$3",
                     window: "$6",
                     plans: ["$7", "$8", "$9"],
                 },
-                "SELECT destination_id FROM deliveries WHERE id IN (SELECT id FROM temp.claim_batch \
-                 WHERE allowed IS NULL OR n <= allowed)",
+                "id IN (SELECT destination_id FROM deliveries WHERE id IN ( \
+                   SELECT id FROM temp.claim_batch WHERE allowed IS NULL OR n <= allowed))",
             )
         );
         let query = sqlx::query(&sql)
@@ -175,7 +175,10 @@ impl Dialect for Sqlite {
         _claimer: &str,
     ) -> Result<Claimed> {
         let now = now.max(crate::clock::now_ms());
-        let sql = format!("BEGIN IMMEDIATE; {}", claim_for_batch());
+        let sql = format!(
+            "BEGIN IMMEDIATE; {}",
+            claim_for_batch(next.destinations.len(), false)
+        );
         let query = bind_claim_for(sqlx::query(&sql), next, now)?;
         let results = writer.run_transaction_batch(query).await?;
         claimed_by_batch(&results, 0)
@@ -206,7 +209,10 @@ impl Dialect for Sqlite {
         let finish_and_claim = format!(
             "{}; {}",
             Store::<Sqlite>::finish_batches(m),
-            renumbered(&claim_for_batch(), m * FINISH_PARAMETERS)
+            renumbered(
+                &claim_for_batch(next.destinations.len(), false),
+                m * FINISH_PARAMETERS
+            )
         );
         if before.is_empty() {
             let sql = format!("BEGIN IMMEDIATE; {finish_and_claim}");
@@ -231,17 +237,13 @@ impl Dialect for Sqlite {
 
     /// [`claim_for_batch`] with its parameters numbered after `params` others (a
     /// positional `?` counts from the string's first statement on, a `$n` is absolute).
-    fn claim_for_after(params: usize) -> Option<String> {
-        Some(renumbered(&claim_for_batch(), params))
+    fn claim_for_after(params: usize, destinations: usize) -> Option<String> {
+        Some(renumbered(&claim_for_batch(destinations, false), params))
     }
 
-    /// Its destinations (`$1`) become none when the event `$12` is not there.
-    fn claim_for_event_after(params: usize) -> Option<String> {
-        let guarded = claim_for_batch().replace(
-            "json_each($1)",
-            "json_each(CASE WHEN EXISTS (SELECT 1 FROM events WHERE id = $12) THEN $1 ELSE '[]' END)",
-        );
-        Some(renumbered(&guarded, params))
+    /// It claims nothing when the event `$12` is not there.
+    fn claim_for_event_after(params: usize, destinations: usize) -> Option<String> {
+        Some(renumbered(&claim_for_batch(destinations, true), params))
     }
 
     fn bind_claim_for<'q>(
@@ -265,25 +267,91 @@ impl Dialect for Sqlite {
     }
 }
 
-/// [`Dialect::claim_for`]'s batch after its `BEGIN IMMEDIATE`: one statement's choice
-/// for all the destinations, like PostgreSQL's: each one's earliest due deliveries (a
-/// correlated `IN (… LIMIT` the cap`)`, SQLite having no `LATERAL`), cut to its free
-/// slots by rank; a FIFO one's head when it has nothing in flight; then, as
+/// [`Dialect::claim_for`]'s batch for `destinations` destinations, after its
+/// `BEGIN IMMEDIATE`: [`claim_for_one`]'s for one, [`claim_for_many`]'s for more; when
+/// `guarded`, it claims nothing unless the event `$12` is there (a publish's claim of its
+/// own deliveries, whose write is guarded). Its parameters: [`bind_claim_for`].
+fn claim_for_batch(destinations: usize, guarded: bool) -> String {
+    let event = "EXISTS (SELECT 1 FROM events WHERE id = $12)";
+    if destinations == 1 {
+        let guard = if guarded { event } else { "TRUE" };
+        return claim_batch(&Chosen::One(&claim_for_one(guard)), &FOR_PARAMS, ONE_READ);
+    }
+    let from = match guarded {
+        true => format!("CASE WHEN {event} THEN $1 ELSE '[]' END"),
+        false => "$1".to_owned(),
+    };
+    claim_for_many(&from)
+}
+
+/// Where [`claim_for_batch`]'s statements find their values ([`bind_claim_for`]).
+const FOR_PARAMS: Params = Params {
+    now: "$2",
+    margin: "$7",
+    window: "$8",
+    plans: ["$9", "$10", "$11"],
+};
+
+/// Which destinations [`claim_for_one`]'s batch reads: its own (`$1`), when it claimed
+/// something.
+const ONE_READ: &str = "id = $1 AND EXISTS (SELECT 1 FROM temp.claim_one)";
+
+/// The choice of [`claim_for_many`] for one destination, `$1` (its ID) with its cap `$4`:
+/// the same deliveries in the same order, without the temporary b-trees of its CTEs,
+/// window functions and sorts (a dozen, whatever it found: at low load each publish
+/// claims its own delivery this way, and most of the engine's claims are for one
+/// destination). Its earliest due deliveries (read in order from
+/// `deliveries_due_by_destination`) up to its free slots, of which a retry is kept while
+/// fewer than `$5` retries come before it (a count in the same index: the retries before a
+/// delivery of that first stretch are all in it); or a FIFO destination's head when it has
+/// nothing in flight; at most `$6`, inserted in their order, so that the temporary table's
+/// rowid is their rank in their space (docs D4). `guard`: a condition on everything.
+fn claim_for_one(guard: &str) -> String {
+    let fifo = "EXISTS (SELECT 1 FROM destinations f WHERE f.id = $1 AND f.ordering = 'fifo')";
+    let busy =
+        "(SELECT COUNT(*) FROM deliveries b WHERE b.destination_id = $1 AND b.status = 'sending')";
+    format!(
+        "INSERT INTO temp.claim_one (id, space_id) \
+         SELECT id, space_id FROM ( \
+           SELECT p.id, p.space_id, p.next_attempt_at FROM ( \
+             SELECT x.id, x.space_id, x.next_attempt_at, x.status FROM deliveries x \
+             WHERE x.destination_id = $1 AND x.status IN ('pending', 'retrying') \
+               AND x.paused = FALSE AND x.next_attempt_at <= $2 AND ($3 OR x.status = 'pending') \
+               AND NOT {fifo} AND {guard} \
+             ORDER BY x.next_attempt_at, x.id LIMIT MAX(0, $4 - {busy})) AS p \
+           WHERE p.status = 'pending' OR $5 > ( \
+             SELECT COUNT(*) FROM deliveries r INDEXED BY deliveries_due_by_destination \
+             WHERE r.destination_id = $1 AND r.status IN ('pending', 'retrying') \
+               AND r.paused = FALSE AND r.status = 'retrying' AND r.next_attempt_at <= $2 \
+               AND (r.next_attempt_at, r.id) < (p.next_attempt_at, p.id)) \
+           UNION ALL \
+           SELECT h.id, h.space_id, h.next_attempt_at FROM deliveries h \
+           WHERE h.id = ({head}) AND {fifo} AND {busy} = 0 AND $4 >= 1 AND {guard} \
+             AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
+             AND (h.status = 'pending' OR $5 >= 1) \
+           ORDER BY 3, 1 LIMIT $6)",
+        head = fifo_head("$1"),
+    )
+}
+
+/// [`claim_for_batch`] for several destinations, `from` their JSON (`$1`): one
+/// statement's choice for all of them, like PostgreSQL's: each one's earliest due
+/// deliveries (a correlated `IN (… LIMIT` the cap`)`, SQLite having no `LATERAL`), cut to
+/// its free slots by rank; a FIFO one's head when it has nothing in flight; then, as
 /// [`Dialect::claim`], the whole claim as one batch of statements (a loop of three
 /// statements per destination once cost more than the claim itself). Only destinations
 /// with a delivery due take part (every due row implies one), and the destinations are
 /// read only when something was claimed: a claim that finds nothing (a record's, for a
 /// destination whose due deliveries were taken meanwhile) costs an index look-up per
-/// destination, not the whole choice and a read of the destination (docs §7). Its
-/// parameters: [`bind_claim_for`].
-fn claim_for_batch() -> String {
+/// destination, not the whole choice and a read of the destination (docs §7).
+fn claim_for_many(from: &str) -> String {
     let choice = format!(
         "WITH targets AS ( \
            SELECT t.value ->> 0 AS destination_id, t.key AS ord, t.value ->> 1 AS cap, \
              COALESCE(dst.ordering = 'fifo', FALSE) AS fifo, \
              (SELECT COUNT(*) FROM deliveries b \
               WHERE b.destination_id = t.value ->> 0 AND b.status = 'sending') AS busy \
-           FROM json_each($1) AS t LEFT JOIN destinations dst ON dst.id = t.value ->> 0 \
+           FROM json_each({from}) AS t LEFT JOIN destinations dst ON dst.id = t.value ->> 0 \
            WHERE EXISTS (SELECT 1 FROM deliveries w \
              WHERE w.destination_id = t.value ->> 0 AND w.status IN ('pending', 'retrying') \
                AND w.paused = FALSE AND w.next_attempt_at <= $2) \
@@ -314,14 +382,12 @@ fn claim_for_batch() -> String {
         choice = claim_for_choice("fits"),
     );
     claim_batch(
-        &choice,
-        &Params {
-            now: "$2",
-            margin: "$7",
-            window: "$8",
-            plans: ["$9", "$10", "$11"],
-        },
-        "SELECT value ->> 0 FROM json_each($1) WHERE EXISTS (SELECT 1 FROM temp.claim_batch)",
+        &Chosen::Many(&choice),
+        &FOR_PARAMS,
+        &format!(
+            "id IN (SELECT value ->> 0 FROM json_each({from}) \
+             WHERE EXISTS (SELECT 1 FROM temp.claim_batch))"
+        ),
     )
 }
 
@@ -343,8 +409,13 @@ fn bind_claim_for<'q>(
         .map(|d| (d.to_string(), cap(d)))
         .collect();
     let most = targets.iter().map(|(_, cap)| *cap).max().unwrap_or(0);
-    let targets =
-        serde_json::to_string(&targets).map_err(|e| StorageError::Internal(e.to_string()))?;
+    // One destination ([`claim_for_one`]): its ID alone.
+    let targets = match <[_; 1]>::try_from(targets) {
+        Ok([(one, _)]) => one,
+        Err(targets) => {
+            serde_json::to_string(&targets).map_err(|e| StorageError::Internal(e.to_string()))?
+        }
+    };
     let query = query
         .bind(targets)
         .bind(now)
@@ -365,18 +436,77 @@ struct Params {
     plans: [&'static str; 3],
 }
 
+/// What a [`claim_batch`] claims, kept in a temporary table with each delivery's rank
+/// `n` in its space (for the plan limit) and what its space `allowed`.
+enum Chosen<'a> {
+    /// CTEs ending in `chosen`, the IDs, of deliveries of any spaces: kept in
+    /// `temp.claim_batch`, ranked by a window function.
+    Many(&'a str),
+    /// An `INSERT INTO temp.claim_one (id, space_id)` of one destination's deliveries in
+    /// their order (so of one space): ranked by the table's rowid, which counts from 1 in
+    /// an empty table (the batch empties it before its `COMMIT`; a failed one rolls back).
+    One(&'a str),
+}
+
+/// How a [`claim_batch`] keeps what it `Chosen`, in its statements' words.
+struct Kept {
+    /// The temporary table's name.
+    table: &'static str,
+    /// Its creation and the statement that fills it.
+    fill: String,
+    /// A `SELECT` of each of its spaces' plan key and the claim's time, one row each.
+    spaces: String,
+    /// A condition on `rate_events` (or `rate_keys`): its spaces' plan keys.
+    keys: String,
+}
+
+impl Chosen<'_> {
+    /// The table, for the plan key `key` (of a row's `space_id`) at `now`.
+    fn kept(&self, key: &str, now: &str) -> Kept {
+        match self {
+            Chosen::Many(choice) => Kept {
+                table: "claim_batch",
+                fill: format!(
+                    "CREATE TEMP TABLE IF NOT EXISTS claim_batch \
+                       (id TEXT PRIMARY KEY, space_id TEXT NOT NULL, n INTEGER NOT NULL, \
+                        allowed INTEGER); \
+                     {choice} INSERT INTO temp.claim_batch (id, space_id, n) \
+                       SELECT c.id, d.space_id, \
+                         ROW_NUMBER() OVER (PARTITION BY d.space_id ORDER BY d.next_attempt_at, d.id) \
+                       FROM chosen c JOIN deliveries d ON d.id = c.id"
+                ),
+                spaces: format!("SELECT DISTINCT {key}, {now} FROM temp.claim_batch WHERE TRUE"),
+                keys: format!("key IN (SELECT DISTINCT {key} FROM temp.claim_batch)"),
+            },
+            // One space: its first row's (no `DISTINCT`, no `IN` list: each was a
+            // temporary b-tree).
+            Chosen::One(fill) => Kept {
+                table: "claim_one",
+                fill: format!(
+                    "CREATE TEMP TABLE IF NOT EXISTS claim_one \
+                       (n INTEGER PRIMARY KEY, id TEXT NOT NULL, space_id TEXT NOT NULL, \
+                        allowed INTEGER); \
+                     {fill}"
+                ),
+                spaces: format!("SELECT {key}, {now} FROM temp.claim_one WHERE n = 1"),
+                keys: format!("key = (SELECT {key} FROM temp.claim_one WHERE n = 1)"),
+            },
+        }
+    }
+}
+
 /// A whole claim in one string, after its transaction's `BEGIN` (SQLite): the deliveries
-/// `choice` (CTEs ending in `chosen`, the IDs) picks, kept in a temporary table with their
-/// rank in their space; the plan limit (docs D4) taken for them as `take_slots_in` takes
-/// it, in the claim's own order per space; what fits moved to `sending` (returned with
-/// [`claim_update`]'s columns); what does not, with the rest of its space's due
-/// deliveries, due when a slot frees and marked `rate_limited`, as `defer_in` does; how
-/// many were held back; the destinations `destinations` (a subquery of IDs) names.
+/// `chosen` picks, kept in a temporary table with their rank in their space; the plan
+/// limit (docs D4) taken for them as `take_slots_in` takes it, in the claim's own order per
+/// space; what fits moved to `sending` (returned with [`claim_update`]'s columns); what
+/// does not, with the rest of its space's due deliveries, due when a slot frees and marked
+/// `rate_limited`, as `defer_in` does; how many were held back; the destinations
+/// `destinations` (a condition on them) names.
 ///
 /// Every statement is a round trip to sqlx's connection thread and the write lock is held
 /// through all of them: `take_slots_in`, `defer_in` and the destinations' read one after
 /// the other, with `BEGIN` and `COMMIT`, were six.
-fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
+fn claim_batch(chosen: &Chosen<'_>, p: &Params, destinations: &str) -> String {
     let Params {
         now,
         margin,
@@ -390,41 +520,40 @@ fn claim_batch(choice: &str, p: &Params, destinations: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ");
     let key = "'plan:' || space_id";
+    let Kept {
+        table,
+        fill,
+        spaces,
+        keys,
+    } = chosen.kept(key, now);
     let dated = slot_date(now);
     let until = format!(
         "{now} + MIN({window}, MAX(1, COALESCE((SELECT MIN(r.at) FROM rate_events r \
            WHERE r.key = 'plan:' || deliveries.space_id), {now}) + {window} - {now}))"
     );
     format!(
-        "CREATE TEMP TABLE IF NOT EXISTS claim_batch \
-           (id TEXT PRIMARY KEY, space_id TEXT NOT NULL, n INTEGER NOT NULL, allowed INTEGER); \
-         {choice} INSERT INTO temp.claim_batch (id, space_id, n) \
-           SELECT c.id, d.space_id, \
-             ROW_NUMBER() OVER (PARTITION BY d.space_id ORDER BY d.next_attempt_at, d.id) \
-           FROM chosen c JOIN deliveries d ON d.id = c.id; \
-         INSERT INTO rate_keys (key, touched_at) \
-           SELECT DISTINCT {key}, {now} FROM temp.claim_batch WHERE TRUE \
+        "{fill}; \
+         INSERT INTO rate_keys (key, touched_at) {spaces} \
            ON CONFLICT (key) DO UPDATE SET touched_at = excluded.touched_at; \
-         DELETE FROM rate_events WHERE key IN (SELECT DISTINCT {key} FROM temp.claim_batch) \
-           AND at <= {now} - {window}; \
-         UPDATE temp.claim_batch SET allowed = \
-           (SELECT CASE s.plan {limit} END FROM spaces s WHERE s.id = claim_batch.space_id) \
-           - (SELECT taken FROM rate_keys k WHERE k.key = 'plan:' || claim_batch.space_id); \
+         DELETE FROM rate_events WHERE {keys} AND at <= {now} - {window}; \
+         UPDATE temp.{table} SET allowed = \
+           (SELECT CASE s.plan {limit} END FROM spaces s WHERE s.id = {table}.space_id) \
+           - (SELECT taken FROM rate_keys k WHERE k.key = 'plan:' || {table}.space_id); \
          INSERT INTO rate_events (key, at) \
-           SELECT {key}, {dated} FROM temp.claim_batch WHERE n <= allowed; \
+           SELECT {key}, {dated} FROM temp.{table} WHERE n <= allowed; \
          {claimed}; \
          UPDATE deliveries SET next_attempt_at = {until}, last_error_class = 'rate_limited', \
            updated_at = {now} \
-         WHERE space_id IN (SELECT space_id FROM temp.claim_batch WHERE n > allowed) \
+         WHERE space_id IN (SELECT space_id FROM temp.{table} WHERE n > allowed) \
            AND status IN ('pending', 'retrying') AND paused = FALSE AND next_attempt_at < {until}; \
-         SELECT COUNT(*) FROM temp.claim_batch WHERE n > allowed; \
-         SELECT {DESTINATION} FROM destinations WHERE id IN ({destinations}); \
-         DELETE FROM temp.claim_batch; \
+         SELECT COUNT(*) FROM temp.{table} WHERE n > allowed; \
+         SELECT {DESTINATION} FROM destinations WHERE {destinations}; \
+         DELETE FROM temp.{table}; \
          COMMIT",
         claimed = claim_update(
             now,
             margin,
-            "id IN (SELECT id FROM temp.claim_batch WHERE allowed IS NULL OR n <= allowed)",
+            &format!("id IN (SELECT id FROM temp.{table} WHERE allowed IS NULL OR n <= allowed)"),
             None
         ),
     )

@@ -110,9 +110,10 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// [`super::DispatchQueue::claim_for`]'s claim as statements that run after others
     /// in one string, their parameters numbered after the `params` of those, and end
     /// with the transaction's `COMMIT`: a publish claims its own deliveries in the round
-    /// trip of its `COMMIT` (SQLite). `None` where a claim is a transaction of its own.
-    fn claim_for_after(params: usize) -> Option<String> {
-        let _ = params;
+    /// trip of its `COMMIT` (SQLite). `destinations`: how many it claims for (the
+    /// [`super::ClaimNext`] bound to it). `None` where a claim is a transaction of its own.
+    fn claim_for_after(params: usize, destinations: usize) -> Option<String> {
+        let _ = (params, destinations);
         None
     }
 
@@ -120,8 +121,8 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// parameter `$12` (numbered after `params` too, bound after
     /// [`Dialect::bind_claim_for`]'s) was written in the string: the claim of a publish
     /// whose write is guarded (`EventStore::publish_events`).
-    fn claim_for_event_after(params: usize) -> Option<String> {
-        let _ = params;
+    fn claim_for_event_after(params: usize, destinations: usize) -> Option<String> {
+        let _ = (params, destinations);
         None
     }
 

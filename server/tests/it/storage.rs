@@ -799,6 +799,199 @@ on_both_backends! {
     }
 }
 
+/// One case of [`a_claim_for_one_destination_takes_what_a_claim_for_several_takes`].
+#[derive(Debug, Clone, Copy)]
+struct OneCase {
+    fifo: bool,
+    /// Whether one of the destination's deliveries is left in flight.
+    in_flight: bool,
+    per_destination: i64,
+    retries: i64,
+    limit: i64,
+    ahead: bool,
+    /// The free plan's sends per second, if limited.
+    plan: Option<i64>,
+}
+
+/// A space on the free plan with a destination `d` (FIFO if `case.fifo`) and one subscribed
+/// to nothing: twelve events to `d`, published 100 ms apart; of their deliveries, the first
+/// four claimed, then the first and the third due again as retries (at +650 and +250 ms),
+/// the second succeeded and the fourth left in flight if `case.in_flight` (else succeeded).
+/// A FIFO `d`'s head alone is claimed, then left in flight or due again as a retry. Every
+/// delivery has its own due time, which names it from one database to the other.
+async fn one_case(case: OneCase) -> (server::testkit::TestDb, DestinationId, DestinationId) {
+    use server::storage::{ClaimLimits, NextStep};
+    let db = server::testkit::fresh_db(server::testkit::Db::Sqlite)
+        .await
+        .unwrap();
+    let store = db.storage.as_ref();
+    let s = space(store, Plan::Free).await;
+    let mut d = destination(s.id, Some(&["message.*"]), DestinationStatus::Active);
+    if case.fifo {
+        d.ordering = DeliveryOrdering::Fifo;
+    }
+    let idle = destination(s.id, Some(&["never.*"]), DestinationStatus::Active);
+    for x in [&d, &idle] {
+        store.create_destination(x, None).await.unwrap();
+    }
+    for k in 0..12 {
+        store
+            .publish_event(&event(s.id, "message.created"), NOW + 100 * k)
+            .await
+            .unwrap();
+    }
+    let limits = ClaimLimits {
+        per_destination: 100,
+        retries: i64::MAX,
+        plans: None,
+    };
+    let mut first = store
+        .claim_for(&named(&[d.id, idle.id], 4, limits), NOW)
+        .await
+        .unwrap()
+        .deliveries;
+    first.sort_by_key(|x| x.next_attempt_at);
+    let retry = |at| NextStep::Retry { at };
+    let rule = AutoDisable {
+        after: i64::MAX,
+        warn_at: Vec::new(),
+    };
+    if case.fifo {
+        // Its head alone, in flight or due again as a retry.
+        assert_eq!(first.len(), 1, "{case:?}");
+        if !case.in_flight {
+            let again = crate::helpers::answered(&first, 500, retry(NOW + 650));
+            store.finish_attempts(&again, &rule, NOW).await.unwrap();
+        }
+        return (db, d.id, idle.id);
+    }
+    assert_eq!(first.len(), 4, "{case:?}");
+    let mut ends = vec![
+        crate::helpers::answered(&first[0..1], 500, retry(NOW + 650)),
+        crate::helpers::answered(&first[1..2], 200, NextStep::Succeeded),
+        crate::helpers::answered(&first[2..3], 500, retry(NOW + 250)),
+    ];
+    if !case.in_flight {
+        ends.push(succeeded(&first[3..4]));
+    }
+    store
+        .finish_attempts(&ends.concat(), &rule, NOW)
+        .await
+        .unwrap();
+    (db, d.id, idle.id)
+}
+
+/// SQLite claims for one destination with a statement of its own (no window functions):
+/// whatever the destination's state, it takes the deliveries, in the order, that the claim
+/// for several destinations takes for it: its free slots (its cap, or its caps claimed
+/// ahead, less what is in flight), at most so many retries, at most the claim's limit, a
+/// FIFO destination's head only when nothing is in flight, the plan's slots in that order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_for_one_destination_takes_what_a_claim_for_several_takes() {
+    use server::domain::PerPlan;
+    use server::storage::{ClaimLimits, ClaimNext, PlanLimits};
+    let base = OneCase {
+        fifo: false,
+        in_flight: true,
+        per_destination: 4,
+        retries: i64::MAX,
+        limit: 100,
+        ahead: false,
+        plan: None,
+    };
+    let cases = [
+        base,
+        OneCase {
+            per_destination: 6,
+            retries: 1,
+            ..base
+        },
+        OneCase {
+            per_destination: 6,
+            retries: 0,
+            ..base
+        },
+        OneCase {
+            per_destination: 8,
+            retries: 1,
+            limit: 2,
+            ..base
+        },
+        OneCase {
+            per_destination: 2,
+            ahead: true,
+            ..base
+        },
+        OneCase {
+            per_destination: 2,
+            ..base
+        },
+        OneCase {
+            per_destination: 6,
+            plan: Some(2),
+            ..base
+        },
+        OneCase { fifo: true, ..base },
+        OneCase {
+            fifo: true,
+            in_flight: false,
+            ..base
+        },
+        OneCase {
+            fifo: true,
+            in_flight: false,
+            retries: 0,
+            ..base
+        },
+    ];
+    let mut claimed_somewhere = 0;
+    for case in cases {
+        let mut taken = Vec::new();
+        for several in [false, true] {
+            let (db, d, idle) = one_case(case).await;
+            let per_second = PerPlan {
+                free: case.plan.unwrap_or(1_000),
+                pro: 1_000,
+                enterprise: 1_000,
+            };
+            let limits = ClaimLimits {
+                per_destination: case.per_destination,
+                retries: case.retries,
+                plans: case.plan.map(|_| PlanLimits {
+                    per_second,
+                    window_ms: 1_000,
+                }),
+            };
+            let destinations = if several { vec![d, idle] } else { vec![d] };
+            let next = ClaimNext {
+                ahead: if case.ahead { vec![d] } else { Vec::new() },
+                ..named(&destinations, case.limit, limits)
+            };
+            let claimed = db.storage.claim_for(&next, NOW).await.unwrap();
+            let mut due: Vec<i64> = claimed
+                .deliveries
+                .iter()
+                .map(|x| x.next_attempt_at.unwrap())
+                .collect();
+            due.sort();
+            assert_eq!(
+                claimed.destinations.contains_key(&d),
+                !due.is_empty(),
+                "{case:?}"
+            );
+            taken.push((due, claimed.held_by_plan));
+        }
+        assert_eq!(
+            taken[0], taken[1],
+            "{case:?}: one destination, then several"
+        );
+        claimed_somewhere += usize::from(!taken[0].0.is_empty());
+    }
+    // All but the FIFO destination with its head in flight, and the one whose head is a
+    // retry when no retry may be claimed.
+    assert_eq!(claimed_somewhere, cases.len() - 2);
+}
+
 on_both_backends! {
     /// A group of REST publishes (events without keys, their subscribers read with their
     /// checks) is written as read when no subscriber changed since (SQLite: one round
