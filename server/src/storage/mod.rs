@@ -198,7 +198,7 @@ fn sqlstate_is_unavailable(code: &str) -> bool {
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// Which database a [`Storage`] talks to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
     Sqlite,
     Postgres,

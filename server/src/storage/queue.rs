@@ -1112,17 +1112,24 @@ where
     }
 
     /// `n` [finish batches](Self::finish_batch) in one string, numbered one after another.
-    pub(super) fn finish_batches(n: usize) -> String {
-        let one = Self::finish_batch();
-        (0..n)
-            .map(|k| renumbered(&one, k * FINISH_PARAMETERS))
-            .collect::<Vec<_>>()
-            .join("; ")
+    pub(super) fn finish_batches(n: usize) -> Arc<str> {
+        static BATCHES: Memo<(Backend, usize), Arc<str>> = Memo::new(Default::default);
+        memoized(&BATCHES, (D::BACKEND, n), || {
+            let one = Self::finish_batch();
+            (0..n)
+                .map(|k| renumbered(&one, k * FINISH_PARAMETERS))
+                .collect::<Vec<_>>()
+                .join("; ")
+                .into()
+        })
     }
 
     /// How many statements a [finish batch](Self::finish_batch) has.
     pub(super) fn finish_batch_statements() -> usize {
-        Self::finish_batch().matches(';').count() + 1
+        static STATEMENTS: Memo<Backend, usize> = Memo::new(Default::default);
+        memoized(&STATEMENTS, D::BACKEND, || {
+            Self::finish_batch().matches(';').count() + 1
+        })
     }
 
     /// The effects of `n` [finish batches](Self::finish_batch) from their results (each
@@ -1437,6 +1444,31 @@ fn slot_frees_in(oldest: Option<UnixMs>, window_ms: i64, now: UnixMs, short: boo
     (oldest.unwrap_or(now) + window_ms - now).clamp(1, window_ms)
 }
 
+/// SQL strings built once for each of their shapes ([`memoized`]): an engine's claim and
+/// its records' batches are the same few strings over and over, each some kilobytes of
+/// `format!` and [`renumbered`] (at low load ~5 % of an event's instructions).
+pub(super) type Memo<K, V> = std::sync::LazyLock<std::sync::Mutex<HashMap<K, V>>>;
+
+/// The most shapes a [`Memo`] keeps; past it, the others are built each time.
+const MEMO_AT_MOST: usize = 256;
+
+/// `build()`'s value for `key`, built once and then taken from `memo`.
+pub(super) fn memoized<K, V>(memo: &Memo<K, V>, key: K, build: impl FnOnce() -> V) -> V
+where
+    K: std::hash::Hash + Eq,
+    V: Clone,
+{
+    if let Some(v) = memo.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return v.clone();
+    }
+    let v = build();
+    let mut memo = memo.lock().unwrap_or_else(|p| p.into_inner());
+    if memo.len() < MEMO_AT_MOST {
+        memo.insert(key, v.clone());
+    }
+    v
+}
+
 /// `sql` with every parameter `$n` renamed `$(n + by)`, so several statements that each
 /// number theirs from `$1` can share one string and one argument list.
 pub(super) fn renumbered(sql: &str, by: usize) -> String {
@@ -1491,7 +1523,28 @@ fn finish_update_sql() -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{finish_statement, renumbered, slot_frees_in, FINISH_PARAMETERS};
+    use super::{
+        finish_statement, memoized, renumbered, slot_frees_in, Memo, FINISH_PARAMETERS,
+        MEMO_AT_MOST,
+    };
+
+    #[test]
+    fn a_memo_builds_each_shape_once_and_keeps_at_most_its_bound() {
+        static MEMO: Memo<usize, String> = Memo::new(Default::default);
+        let mut built = 0;
+        for _ in 0..3 {
+            let seven = memoized(&MEMO, 7, || {
+                built += 1;
+                "seven".to_owned()
+            });
+            assert_eq!(seven, "seven");
+        }
+        assert_eq!(built, 1, "built once, then kept");
+        for k in 0..MEMO_AT_MOST * 2 {
+            assert_eq!(memoized(&MEMO, 100 + k, || k.to_string()), k.to_string());
+        }
+        assert_eq!(MEMO.lock().unwrap().len(), MEMO_AT_MOST, "bounded");
+    }
 
     #[test]
     fn a_slot_frees_when_the_oldest_leaves_the_window_and_none_is_awaited_when_all_were_granted() {

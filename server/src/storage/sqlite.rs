@@ -6,6 +6,7 @@
 //! writers queue on the write gate ([`Writes`]) and open `BEGIN IMMEDIATE` transactions.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{
@@ -17,8 +18,8 @@ use super::checkpoint::{Checkpointer, BACKSTOP_PAGES};
 use super::destinations::{DestinationRow, DESTINATION};
 use super::durable::WalSync;
 use super::queue::{
-    claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, renumbered,
-    slot_date, ClaimedRow, FINISH_CHUNK, FINISH_PARAMETERS,
+    claim_choice, claim_for_choice, claim_update, claimed_all, claimed_from, fifo_head, memoized,
+    renumbered, slot_date, ClaimedRow, Memo, FINISH_CHUNK, FINISH_PARAMETERS,
 };
 use super::reads::Reads;
 use super::store::{convert_all, Dialect, Store};
@@ -177,7 +178,7 @@ impl Dialect for Sqlite {
         let now = now.max(crate::clock::now_ms());
         let sql = format!(
             "BEGIN IMMEDIATE; {}",
-            claim_for_batch(next.destinations.len(), false)
+            claim_for_after(0, next.destinations.len(), false)
         );
         let query = bind_claim_for(sqlx::query(&sql), next, now)?;
         let results = writer.run_transaction_batch(query).await?;
@@ -209,10 +210,7 @@ impl Dialect for Sqlite {
         let finish_and_claim = format!(
             "{}; {}",
             Store::<Sqlite>::finish_batches(m),
-            renumbered(
-                &claim_for_batch(next.destinations.len(), false),
-                m * FINISH_PARAMETERS
-            )
+            claim_for_after(m * FINISH_PARAMETERS, next.destinations.len(), false)
         );
         if before.is_empty() {
             let sql = format!("BEGIN IMMEDIATE; {finish_and_claim}");
@@ -237,13 +235,13 @@ impl Dialect for Sqlite {
 
     /// [`claim_for_batch`] with its parameters numbered after `params` others (a
     /// positional `?` counts from the string's first statement on, a `$n` is absolute).
-    fn claim_for_after(params: usize, destinations: usize) -> Option<String> {
-        Some(renumbered(&claim_for_batch(destinations, false), params))
+    fn claim_for_after(params: usize, destinations: usize) -> Option<Arc<str>> {
+        Some(claim_for_after(params, destinations, false))
     }
 
     /// It claims nothing when the event `$12` is not there.
-    fn claim_for_event_after(params: usize, destinations: usize) -> Option<String> {
-        Some(renumbered(&claim_for_batch(destinations, true), params))
+    fn claim_for_event_after(params: usize, destinations: usize) -> Option<Arc<str>> {
+        Some(claim_for_after(params, destinations, true))
     }
 
     fn bind_claim_for<'q>(
@@ -265,6 +263,16 @@ impl Dialect for Sqlite {
     fn raw_pool(pool: &SqlitePool) -> RawPool {
         RawPool::Sqlite(pool.clone())
     }
+}
+
+/// [`claim_for_batch`] with its parameters numbered after `params` others (a positional
+/// `?` counts from the string's first statement on, a `$n` is absolute), built once for
+/// each shape ([`memoized`]).
+fn claim_for_after(params: usize, destinations: usize, guarded: bool) -> Arc<str> {
+    static CLAIMS: Memo<(usize, bool, bool), Arc<str>> = Memo::new(Default::default);
+    memoized(&CLAIMS, (params, destinations == 1, guarded), || {
+        renumbered(&claim_for_batch(destinations, guarded), params).into()
+    })
 }
 
 /// [`Dialect::claim_for`]'s batch for `destinations` destinations, after its

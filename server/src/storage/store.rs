@@ -112,7 +112,7 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// with the transaction's `COMMIT`: a publish claims its own deliveries in the round
     /// trip of its `COMMIT` (SQLite). `destinations`: how many it claims for (the
     /// [`super::ClaimNext`] bound to it). `None` where a claim is a transaction of its own.
-    fn claim_for_after(params: usize, destinations: usize) -> Option<String> {
+    fn claim_for_after(params: usize, destinations: usize) -> Option<std::sync::Arc<str>> {
         let _ = (params, destinations);
         None
     }
@@ -121,7 +121,7 @@ pub trait Dialect: std::fmt::Debug + Send + Sync + Sized + 'static {
     /// parameter `$12` (numbered after `params` too, bound after
     /// [`Dialect::bind_claim_for`]'s) was written in the string: the claim of a publish
     /// whose write is guarded (`EventStore::publish_events`).
-    fn claim_for_event_after(params: usize, destinations: usize) -> Option<String> {
+    fn claim_for_event_after(params: usize, destinations: usize) -> Option<std::sync::Arc<str>> {
         let _ = (params, destinations);
         None
     }
