@@ -118,10 +118,7 @@ async fn publish(
         h.update(body.event_type.as_bytes());
         h.update([0]);
         h.update(payload_text.as_bytes());
-        h.finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
+        hex::encode(h.finalize())
     };
     // The checks as read a moment ago, kept in memory, where the write checks them again
     // (no idempotency key); if it finds them out of date, nothing was written and they
