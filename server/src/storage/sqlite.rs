@@ -305,33 +305,34 @@ const FOR_PARAMS: Params = Params {
 const ONE_READ: &str = "id = $1 AND EXISTS (SELECT 1 FROM temp.claim_one)";
 
 /// The choice of [`claim_for_many`] for one destination, `$1` (its ID) with its cap `$4`:
-/// the same deliveries in the same order, without the temporary b-trees of its CTEs,
-/// window functions and sorts (a dozen, whatever it found: at low load each publish
+/// the same deliveries in the same order, without most of the temporary b-trees of its
+/// CTEs, window functions and sorts (a dozen, whatever it found: at low load each publish
 /// claims its own delivery this way, and most of the engine's claims are for one
 /// destination). Its earliest due deliveries (read in order from
-/// `deliveries_due_by_destination`) up to its free slots, of which a retry is kept while
-/// fewer than `$5` retries come before it (a count in the same index: the retries before a
-/// delivery of that first stretch are all in it); or a FIFO destination's head when it has
-/// nothing in flight; at most `$6`, inserted in their order, so that the temporary table's
-/// rowid is their rank in their space (docs D4). `guard`: a condition on everything.
+/// `deliveries_due_by_destination`) up to its free slots, `p`, of which a retry is kept
+/// while fewer than `$5` retries of `p` come before it (counted only where `$5` is below
+/// the cap: `p` cannot hold more; and in `p`, at most a cap's rows, never in the index,
+/// where a backlog of retries due at the same millisecond would be walked for each); or a
+/// FIFO destination's head when it has nothing in flight; at most `$6`, inserted in their
+/// order, so that the temporary table's rowid is their rank in their space (docs D4).
+/// `guard`: a condition on everything.
 fn claim_for_one(guard: &str) -> String {
     let fifo = "EXISTS (SELECT 1 FROM destinations f WHERE f.id = $1 AND f.ordering = 'fifo')";
     let busy =
         "(SELECT COUNT(*) FROM deliveries b WHERE b.destination_id = $1 AND b.status = 'sending')";
     format!(
-        "INSERT INTO temp.claim_one (id, space_id) \
+        "WITH p AS ( \
+           SELECT x.id, x.space_id, x.next_attempt_at, x.status FROM deliveries x \
+           WHERE x.destination_id = $1 AND x.status IN ('pending', 'retrying') \
+             AND x.paused = FALSE AND x.next_attempt_at <= $2 AND ($3 OR x.status = 'pending') \
+             AND NOT {fifo} AND {guard} \
+           ORDER BY x.next_attempt_at, x.id LIMIT MAX(0, $4 - {busy})) \
+         INSERT INTO temp.claim_one (id, space_id) \
          SELECT id, space_id FROM ( \
-           SELECT p.id, p.space_id, p.next_attempt_at FROM ( \
-             SELECT x.id, x.space_id, x.next_attempt_at, x.status FROM deliveries x \
-             WHERE x.destination_id = $1 AND x.status IN ('pending', 'retrying') \
-               AND x.paused = FALSE AND x.next_attempt_at <= $2 AND ($3 OR x.status = 'pending') \
-               AND NOT {fifo} AND {guard} \
-             ORDER BY x.next_attempt_at, x.id LIMIT MAX(0, $4 - {busy})) AS p \
-           WHERE p.status = 'pending' OR $5 > ( \
-             SELECT COUNT(*) FROM deliveries r INDEXED BY deliveries_due_by_destination \
-             WHERE r.destination_id = $1 AND r.status IN ('pending', 'retrying') \
-               AND r.paused = FALSE AND r.status = 'retrying' AND r.next_attempt_at <= $2 \
-               AND (r.next_attempt_at, r.id) < (p.next_attempt_at, p.id)) \
+           SELECT p.id, p.space_id, p.next_attempt_at FROM p \
+           WHERE p.status = 'pending' OR $5 >= $4 OR $5 > ( \
+             SELECT COUNT(*) FROM p AS q WHERE q.status = 'retrying' \
+               AND (q.next_attempt_at, q.id) < (p.next_attempt_at, p.id)) \
            UNION ALL \
            SELECT h.id, h.space_id, h.next_attempt_at FROM deliveries h \
            WHERE h.id = ({head}) AND {fifo} AND {busy} = 0 AND $4 >= 1 AND {guard} \
