@@ -42,7 +42,7 @@ struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     backlog: usize,
     /// Only these scenarios (comma-separated: flood,fanout,steady,steady1000,messages,transform,wide,
-    /// backlog,purge,soak,console). `soak` and `console` run only when named.
+    /// backlog,dueclaim,purge,soak,console). `soak` and `console` run only when named.
     #[arg(long)]
     only: Option<String>,
     /// Finished deliveries (old enough to be purged) in the purge scenario.
@@ -1023,6 +1023,13 @@ async fn bench(args: Args) -> anyhow::Result<()> {
             percentile(&with_backlog, 0.99) / percentile(&baseline, 0.99)
         );
     }
+    if wants("dueclaim") {
+        if args.postgres.is_none() {
+            due_claim_scenario(dir.path()).await?;
+        } else {
+            println!("\n[a claim for one destination with {DUE_BACKLOG} retries due] SQLite only");
+        }
+    }
     if wants("purge") {
         peak_rss = peak_rss.max(purge_scenario(&bench, args.purge_rows, args.seconds).await?);
         bench.delete_destinations().await;
@@ -1378,6 +1385,121 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
             });
             q.build().execute(pool).await?;
         }
+    }
+    Ok(())
+}
+
+/// Retries of one destination due at the same millisecond in the `dueclaim` scenario.
+const DUE_BACKLOG: usize = 200_000;
+
+/// SQLite's claim for one destination (`sqlite::claim_for_one`, every lone publish's and
+/// most of the engine's) with [`DUE_BACKLOG`] retries of it due at the same millisecond,
+/// in a database of its own (no engine claims there): the time of a claim (its cap 5,
+/// each claimed delivery given back due at that millisecond again), where the claim's
+/// share of retries is below the cap (its retries counted in the first stretch) and where
+/// it is not. A count in the destination's index walked the whole backlog for each retry.
+async fn due_claim_scenario(dir: &std::path::Path) -> anyhow::Result<()> {
+    use server::storage::{ClaimLimits, ClaimNext};
+    let url = format!("sqlite://{}/claims.db", dir.display());
+    let storage = server::storage::testing::connect(&url).await?;
+    storage.migrate().await?;
+    let space = server::ops::tenants::create_space(storage.as_ref(), "claims", Plan::Free)
+        .await?
+        .space;
+    let now = server::clock::now_ms();
+    let d = server::domain::Destination {
+        id: server::domain::DestinationId::new(),
+        space_id: space.id,
+        url: "https://example.com/claims".into(),
+        description: String::new(),
+        event_types: None,
+        secret: server::dispatch::signing::new_secret(),
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        rate_limit: None,
+        max_attempts: 8,
+        timeout_seconds: 30,
+        retry_policy: json!({"preset": "partyflow"}),
+        transformation: None,
+        status: server::domain::DestinationStatus::Active,
+        consecutive_dead_letters: 0,
+        skipped_events: 0,
+        disabled_reason: None,
+        created_at: now,
+        updated_at: now,
+        filter: None,
+        filtered_events: 0,
+        ordering: server::domain::DeliveryOrdering::Unordered,
+        headers: server::domain::CustomHeaders::default(),
+        name: None,
+    };
+    storage.create_destination(&d, None).await?;
+    let event = server::domain::EventId::new();
+    let due = now - 60_000;
+    let RawPool::Sqlite(pool) = storage.raw_pool() else {
+        anyhow::bail!("the dueclaim scenario runs on SQLite");
+    };
+    sqlx::query(
+        "INSERT INTO events (id, space_id, event_type, payload, created_at) VALUES ($1, $2, 'due', '{}', $3)",
+    )
+    .bind(event.to_string())
+    .bind(space.id.to_string())
+    .bind(due)
+    .execute(&pool)
+    .await?;
+    let sql =
+        "INSERT INTO deliveries (id, space_id, event_id, destination_id, event_type, status, \
+               attempts, next_attempt_at, created_at, updated_at) ";
+    for start in (0..DUE_BACKLOG).step_by(2000) {
+        let ids = (start..(start + 2000).min(DUE_BACKLOG))
+            .map(|_| server::domain::DeliveryId::new().to_string());
+        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new(sql);
+        q.push_values(ids, |mut b, id| {
+            b.push_bind(id)
+                .push_bind(space.id.to_string())
+                .push_bind(event.to_string())
+                .push_bind(d.id.to_string())
+                .push_bind("due")
+                .push_bind("retrying")
+                .push_bind(1_i64)
+                .push_bind(due)
+                .push_bind(due)
+                .push_bind(due);
+        });
+        q.build().execute(&pool).await?;
+    }
+    println!("\n[a claim for one destination with {DUE_BACKLOG} retries due at one millisecond]");
+    for (what, retries) in [
+        ("share of retries 1, below the cap", 1),
+        ("no share", i64::MAX),
+    ] {
+        let mut took = Vec::new();
+        for _ in 0..20 {
+            let next = ClaimNext {
+                destinations: vec![d.id],
+                ahead: Vec::new(),
+                limit: 100,
+                lease_margin_ms: 60_000,
+                limits: ClaimLimits {
+                    per_destination: 5,
+                    retries,
+                    plans: None,
+                },
+            };
+            let started = Instant::now();
+            let claimed = storage.claim_for(&next, server::clock::now_ms()).await?;
+            took.push(started.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(!claimed.deliveries.is_empty(), "the claim took nothing");
+            for delivery in &claimed.deliveries {
+                storage.release_claim(delivery.id, false, due).await?;
+            }
+        }
+        took.sort_by(f64::total_cmp);
+        println!(
+            "  {what}: a claim takes {:.2} ms (median of 20; most {:.2} ms)",
+            took[took.len() / 2],
+            took[took.len() - 1]
+        );
     }
     Ok(())
 }

@@ -314,7 +314,8 @@ const ONE_READ: &str = "id = $1 AND EXISTS (SELECT 1 FROM temp.claim_one)";
 /// the cap: `p` cannot hold more; and in `p`, at most a cap's rows, never in the index,
 /// where a backlog of retries due at the same millisecond would be walked for each); or a
 /// FIFO destination's head when it has nothing in flight; at most `$6`, inserted in their
-/// order, so that the temporary table's rowid is their rank in their space (docs D4).
+/// order (an `ORDER BY` of their own: a sorter of a few rows, not a b-tree), so that the
+/// temporary table's rowid is their rank in their space (docs D4).
 /// `guard`: a condition on everything.
 fn claim_for_one(guard: &str) -> String {
     let fifo = "EXISTS (SELECT 1 FROM destinations f WHERE f.id = $1 AND f.ordering = 'fifo')";
@@ -338,7 +339,8 @@ fn claim_for_one(guard: &str) -> String {
            WHERE h.id = ({head}) AND {fifo} AND {busy} = 0 AND $4 >= 1 AND {guard} \
              AND h.paused = FALSE AND h.next_attempt_at <= $2 AND ($3 OR h.status = 'pending') \
              AND (h.status = 'pending' OR $5 >= 1) \
-           ORDER BY 3, 1 LIMIT $6)",
+           ORDER BY 3, 1 LIMIT $6) \
+         ORDER BY next_attempt_at, id",
         head = fifo_head("$1"),
     )
 }
