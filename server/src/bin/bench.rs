@@ -930,32 +930,12 @@ async fn bench(args: Args) -> anyhow::Result<()> {
         let space_id = bench.space.parse().unwrap();
         let now = server::clock::now_ms();
         for i in 0..10_000 {
-            let d = server::domain::Destination {
-                id: server::domain::DestinationId::new(),
+            let d = active_destination(
                 space_id,
-                url: format!("http://{receiver}/wide/{i}"),
-                description: String::new(),
-                event_types: Some(vec![format!("wide.{i}")]),
-                secret: server::dispatch::signing::new_secret(),
-                previous_secret: None,
-                previous_secret_expires_at: None,
-                rate_limit: None,
-                max_attempts: 8,
-                timeout_seconds: 30,
-                retry_policy: json!({"preset": "partyflow"}),
-                transformation: None,
-                status: server::domain::DestinationStatus::Active,
-                consecutive_dead_letters: 0,
-                skipped_events: 0,
-                disabled_reason: None,
-                created_at: now,
-                updated_at: now,
-                filter: None,
-                filtered_events: 0,
-                ordering: server::domain::DeliveryOrdering::Unordered,
-                headers: server::domain::CustomHeaders::default(),
-                name: None,
-            };
+                format!("http://{receiver}/wide/{i}"),
+                Some(vec![format!("wide.{i}")]),
+                now,
+            );
             storage.create_destination(&d, None).await?;
         }
         // What autovacuum does on PostgreSQL within a minute of a bulk change: fresh
@@ -1389,30 +1369,20 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Retries of one destination due at the same millisecond in the `dueclaim` scenario.
-const DUE_BACKLOG: usize = 200_000;
-
-/// SQLite's claim for one destination (`sqlite::claim_for_one`, every lone publish's and
-/// most of the engine's) with [`DUE_BACKLOG`] retries of it due at the same millisecond,
-/// in a database of its own (no engine claims there): the time of a claim (its cap 5,
-/// each claimed delivery given back due at that millisecond again), where the claim's
-/// share of retries is below the cap (its retries counted in the first stretch) and where
-/// it is not. A count in the destination's index walked the whole backlog for each retry.
-async fn due_claim_scenario(dir: &std::path::Path) -> anyhow::Result<()> {
-    use server::storage::{ClaimLimits, ClaimNext};
-    let url = format!("sqlite://{}/claims.db", dir.display());
-    let storage = server::storage::testing::connect(&url).await?;
-    storage.migrate().await?;
-    let space = server::ops::tenants::create_space(storage.as_ref(), "claims", Plan::Free)
-        .await?
-        .space;
-    let now = server::clock::now_ms();
-    let d = server::domain::Destination {
+/// An active destination of `space_id` to `url` for `event_types` (all with `None`), with
+/// the defaults' settings, created at `now`: written straight to storage, not through the API.
+fn active_destination(
+    space_id: server::domain::SpaceId,
+    url: String,
+    event_types: Option<Vec<String>>,
+    now: i64,
+) -> server::domain::Destination {
+    server::domain::Destination {
         id: server::domain::DestinationId::new(),
-        space_id: space.id,
-        url: "https://example.com/claims".into(),
+        space_id,
+        url,
         description: String::new(),
-        event_types: None,
+        event_types,
         secret: server::dispatch::signing::new_secret(),
         previous_secret: None,
         previous_secret_expires_at: None,
@@ -1432,7 +1402,28 @@ async fn due_claim_scenario(dir: &std::path::Path) -> anyhow::Result<()> {
         ordering: server::domain::DeliveryOrdering::Unordered,
         headers: server::domain::CustomHeaders::default(),
         name: None,
-    };
+    }
+}
+
+/// Retries of one destination due at the same millisecond in the `dueclaim` scenario.
+const DUE_BACKLOG: usize = 200_000;
+
+/// SQLite's claim for one destination (`sqlite::claim_for_one`, every lone publish's and
+/// most of the engine's) with [`DUE_BACKLOG`] retries of it due at the same millisecond,
+/// in a database of its own (no engine claims there): the time of a claim (its cap 5,
+/// each claimed delivery given back due at that millisecond again), where the claim's
+/// share of retries is below the cap (its retries counted in the first stretch) and where
+/// it is not. A count in the destination's index walked the whole backlog for each retry.
+async fn due_claim_scenario(dir: &std::path::Path) -> anyhow::Result<()> {
+    use server::storage::{ClaimLimits, ClaimNext};
+    let url = format!("sqlite://{}/claims.db", dir.display());
+    let storage = server::storage::testing::connect(&url).await?;
+    storage.migrate().await?;
+    let space = server::ops::tenants::create_space(storage.as_ref(), "claims", Plan::Free)
+        .await?
+        .space;
+    let now = server::clock::now_ms();
+    let d = active_destination(space.id, "https://example.com/claims".into(), None, now);
     storage.create_destination(&d, None).await?;
     let event = server::domain::EventId::new();
     let due = now - 60_000;
