@@ -83,6 +83,16 @@ struct Args {
     /// Runs only the receiver (what `--external` starts in a process of its own).
     #[arg(long, hide = true)]
     receiver_only: bool,
+    /// Runs the benchmark this many times, each run a process of its own with the other
+    /// options, and then prints every figure's median (these machines are noisy: one run
+    /// proves little).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// Another build to compare with (a folder with its `partyflow-bench` and
+    /// `partyflow`): its runs alternate with this build's, round by round, and each
+    /// figure's median is printed for both, with their ratio.
+    #[arg(long)]
+    against: Option<std::path::PathBuf>,
 }
 
 /// The scenarios `--external` runs.
@@ -588,6 +598,9 @@ fn main() -> anyhow::Result<()> {
         });
     }
     let args = Args::parse();
+    if args.rounds > 1 || args.against.is_some() {
+        return rounds(&args);
+    }
     // In process, the server runs on this runtime: it is built as `partyflow serve`
     // builds its own from this environment (`Config::runtime`: `PARTYFLOW_WORKER_THREADS`,
     // `PARTYFLOW_BATCH_SCHEDULING`). The load generator and the receiver apart keep
@@ -598,6 +611,161 @@ fn main() -> anyhow::Result<()> {
         Config::load()?.runtime()?
     };
     runtime.block_on(bench(args))
+}
+
+/// `--rounds` (and `--against`): the benchmark run `args.rounds` times by each build in
+/// turn, each run a process of its own with this one's other options, its output printed
+/// as it was; then each figure's median ([`figures_of`]), per build, and their ratio.
+fn rounds(args: &Args) -> anyhow::Result<()> {
+    let mut builds = vec![("this build".to_owned(), std::env::current_exe()?)];
+    if let Some(other) = &args.against {
+        builds.push((other.display().to_string(), other.join("partyflow-bench")));
+    }
+    let options = options_for_one_run(std::env::args().skip(1));
+    // Each figure, in the order first seen, with each build's values.
+    let mut figures: Vec<(Figure, Vec<Vec<f64>>)> = Vec::new();
+    for round in 1..=args.rounds.max(1) {
+        for (b, (name, binary)) in builds.iter().enumerate() {
+            println!("== {name}, round {round} of {}", args.rounds.max(1));
+            let run = std::process::Command::new(binary)
+                .args(&options)
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .map_err(|e| anyhow::anyhow!("running {}: {e}", binary.display()))?;
+            let out = String::from_utf8_lossy(&run.stdout);
+            print!("{out}");
+            anyhow::ensure!(
+                run.status.success(),
+                "{} failed: {}",
+                binary.display(),
+                run.status
+            );
+            for (key, value) in figures_of(&out) {
+                let at = match figures.iter().position(|(k, _)| *k == key) {
+                    Some(at) => at,
+                    None => {
+                        figures.push((key, vec![Vec::new(); builds.len()]));
+                        figures.len() - 1
+                    }
+                };
+                figures[at].1[b].push(value);
+            }
+        }
+    }
+    println!("\nmedians of {} rounds:", args.rounds.max(1));
+    let mut scenario = "";
+    for ((in_scenario, figure), values) in &figures {
+        if in_scenario != scenario {
+            scenario = in_scenario;
+            println!("[{scenario}]");
+        }
+        let medians: Vec<Option<f64>> = values.iter().map(|v| median(v)).collect();
+        let shown: Vec<String> = builds
+            .iter()
+            .zip(&medians)
+            .map(|((name, _), m)| match m {
+                Some(m) => format!("{m:.1} ({name})"),
+                None => format!("- ({name})"),
+            })
+            .collect();
+        let ratio = match medians.as_slice() {
+            [Some(this), Some(other)] if *other != 0.0 => format!("; ratio {:.3}", this / other),
+            _ => String::new(),
+        };
+        println!("  {figure}: {}{ratio}", shown.join(", "));
+    }
+    Ok(())
+}
+
+/// A figure a run prints: its scenario and its name.
+type Figure = (String, String);
+
+/// The options of one run: these, less `--rounds` and `--against` (and their values).
+fn options_for_one_run(args: impl Iterator<Item = String>) -> Vec<String> {
+    let mut kept = Vec::new();
+    let mut skip_value = false;
+    for arg in args {
+        if std::mem::take(&mut skip_value) {
+            continue;
+        }
+        match arg.as_str() {
+            "--rounds" | "--against" => skip_value = true,
+            a if a.starts_with("--rounds=") || a.starts_with("--against=") => {}
+            _ => kept.push(arg),
+        }
+    }
+    kept
+}
+
+/// The median of `values` (`None` when there are none).
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let n = sorted.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(sorted[n / 2]),
+        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
+    }
+}
+
+/// The figures a run printed: ((scenario, figure), value) for each line `  label: …` under
+/// a `[scenario]` heading. A latency gives its p50 and p99 (ms); the CPU per delivery
+/// out of process the server's (µs); any other line its first number, named with its
+/// unit (`end-to-end deliveries (/s)`).
+fn figures_of(out: &str) -> Vec<(Figure, f64)> {
+    let mut scenario = String::new();
+    let mut figures = Vec::new();
+    for line in out.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') && trimmed.ends_with(']') {
+            scenario = trimmed[1..trimmed.len() - 1].to_owned();
+            continue;
+        }
+        if scenario.is_empty() || !line.starts_with("  ") {
+            continue;
+        }
+        let Some((label, rest)) = trimmed.split_once(": ") else {
+            continue;
+        };
+        let mut figure = |name: String, value: f64| {
+            figures.push(((scenario.clone(), name), value));
+        };
+        let after = |word: &str| -> Option<f64> {
+            let (_, tail) = rest.split_once(word)?;
+            tail.split_whitespace().next()?.parse().ok()
+        };
+        if let (Some(p50), Some(p99)) = (after("p50 "), after("p99 ")) {
+            figure(format!("{label} p50 (ms)"), p50);
+            figure(format!("{label} p99 (ms)"), p99);
+        } else if let Some(server) = after("server ").filter(|_| label == "CPU per delivery") {
+            figure("server CPU per delivery (µs)".to_owned(), server);
+        } else if let Some((value, unit)) = first_number(rest) {
+            match unit.is_empty() {
+                true => figure(label.to_owned(), value),
+                false => figure(format!("{label} ({unit})"), value),
+            }
+        }
+    }
+    figures
+}
+
+/// The first number of `text` and the unit written after it (`/s`, `µs`, `ms`, `%`, …;
+/// empty when none).
+fn first_number(text: &str) -> Option<(f64, String)> {
+    let start = text.find(|c: char| c.is_ascii_digit())?;
+    let tail = &text[start..];
+    let end = tail
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(tail.len());
+    let value = tail[..end].parse().ok()?;
+    let unit = tail[end..]
+        .trim_start()
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ';' || c == ',')
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    Some((value, unit))
 }
 
 async fn bench(args: Args) -> anyhow::Result<()> {
@@ -2121,4 +2289,75 @@ async fn console_scenario(
     }
     println!("  {misses} page(s) over a target");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's output as the bench prints it, read back into figures.
+    #[test]
+    fn a_runs_figures_are_read_back_from_what_it_printed() {
+        let out = "\
+PartyFlow Hooks benchmark — SQLite, 2 cores
+direct loopback limit (same client → same receiver, no server): 52332 requests/s (32 at once)
+
+[fan-out → 10 destinations]
+  events accepted: 2555/s
+  publish latency: p50 11.5 ms  p95 19.8 ms  p99 24.6 ms  (n=500)
+  end-to-end deliveries: 8025/s  (15.3 % of the direct limit)
+  CPU per delivery: server 134 µs (partyflow serve); receiver 18 µs; load generator 8 µs
+  context switches per delivery: server 0.9 (tokio-rt-worker 0.5, sqlx-sqlite-wor 0.4)
+[a claim for one destination with 200000 retries due at one millisecond]
+  share of retries 1, below the cap: a claim takes 0.16 ms (median of 20; most 0.21 ms)
+";
+        let key = |s: &str, f: &str| (s.to_owned(), f.to_owned());
+        let fan = "fan-out → 10 destinations";
+        assert_eq!(
+            figures_of(out),
+            vec![
+                (key(fan, "events accepted (/s)"), 2555.0),
+                (key(fan, "publish latency p50 (ms)"), 11.5),
+                (key(fan, "publish latency p99 (ms)"), 24.6),
+                (key(fan, "end-to-end deliveries (/s)"), 8025.0),
+                (key(fan, "server CPU per delivery (µs)"), 134.0),
+                (key(fan, "context switches per delivery"), 0.9),
+                (
+                    key(
+                        "a claim for one destination with 200000 retries due at one millisecond",
+                        "share of retries 1, below the cap (ms)"
+                    ),
+                    0.16
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn one_runs_options_leave_out_the_rounds_and_the_other_build() {
+        let args = [
+            "--external",
+            "--rounds",
+            "3",
+            "--against=/b/h1",
+            "--only",
+            "flood",
+        ];
+        assert_eq!(
+            options_for_one_run(args.iter().map(|a| a.to_string())),
+            ["--external", "--only", "flood"]
+        );
+        let args = ["--rounds=2", "--against", "/b/h1", "--events", "10000"];
+        assert_eq!(
+            options_for_one_run(args.iter().map(|a| a.to_string())),
+            ["--events", "10000"]
+        );
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_middle_twos_mean() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
 }
