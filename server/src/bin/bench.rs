@@ -1103,7 +1103,8 @@ async fn bench(args: Args) -> anyhow::Result<()> {
                 format!("http://{receiver}/wide/{i}"),
                 Some(vec![format!("wide.{i}")]),
                 now,
-            );
+            )
+            .await?;
             storage.create_destination(&d, None).await?;
         }
         // What autovacuum does on PostgreSQL within a minute of a bulk change: fresh
@@ -1538,38 +1539,32 @@ async fn fill_backlog(bench: &Bench, n: usize) -> anyhow::Result<()> {
 }
 
 /// An active destination of `space_id` to `url` for `event_types` (all with `None`), with
-/// the defaults' settings, created at `now`: written straight to storage, not through the API.
-fn active_destination(
+/// the defaults' settings, created at `now` as the API creates one
+/// ([`server::ops::destinations::create`]): written straight to storage, not through the API.
+async fn active_destination(
     space_id: server::domain::SpaceId,
     url: String,
     event_types: Option<Vec<String>>,
     now: i64,
-) -> server::domain::Destination {
-    server::domain::Destination {
-        id: server::domain::DestinationId::new(),
-        space_id,
+) -> anyhow::Result<server::domain::Destination> {
+    let settings = server::ops::destinations::NewSettings {
         url,
-        description: String::new(),
         event_types,
-        secret: server::dispatch::signing::new_secret(),
-        previous_secret: None,
-        previous_secret_expires_at: None,
-        rate_limit: None,
-        max_attempts: 8,
-        timeout_seconds: 30,
-        retry_policy: json!({"preset": "partyflow"}),
-        transformation: None,
-        status: server::domain::DestinationStatus::Active,
-        consecutive_dead_letters: 0,
-        skipped_events: 0,
-        disabled_reason: None,
-        created_at: now,
-        updated_at: now,
-        filter: None,
-        filtered_events: 0,
-        ordering: server::domain::DeliveryOrdering::Unordered,
-        headers: server::domain::CustomHeaders::default(),
-        name: None,
+        ..Default::default()
+    };
+    server::ops::destinations::create(space_id, settings, now, &NoPrograms)
+        .await
+        .map_err(|e| anyhow::anyhow!("a destination of the benchmark: {e:?}"))
+}
+
+/// The benchmark's destinations carry no jq program, so nothing is ever checked.
+struct NoPrograms;
+
+impl server::ops::destinations::ProgramCheck for NoPrograms {
+    async fn check(&self, _: &str) -> Result<(), server::dispatch::transform::TransformError> {
+        Err(server::dispatch::transform::TransformError::Compile(
+            "the benchmark's destinations carry no program".into(),
+        ))
     }
 }
 
@@ -1591,7 +1586,7 @@ async fn due_claim_scenario(dir: &std::path::Path) -> anyhow::Result<()> {
         .await?
         .space;
     let now = server::clock::now_ms();
-    let d = active_destination(space.id, "https://example.com/claims".into(), None, now);
+    let d = active_destination(space.id, "https://example.com/claims".into(), None, now).await?;
     storage.create_destination(&d, None).await?;
     let event = server::domain::EventId::new();
     let due = now - 60_000;
